@@ -1,0 +1,33 @@
+"""ckptfs: read PyTorch checkpoints lazily and safely, without torch, and mount them as files."""
+
+from ckptfs.checkpoint import Checkpoint, open_checkpoint as open
+from ckptfs.dtypes import DType
+from ckptfs.errors import (
+    CkptfsError,
+    CorruptCheckpointError,
+    LimitExceededError,
+    NotACheckpointError,
+    SourceError,
+    UnpicklingError,
+    UnsupportedError,
+)
+from ckptfs.limits import Limits
+from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
+
+__all__ = [
+    "Checkpoint",
+    "CkptfsError",
+    "CorruptCheckpointError",
+    "DType",
+    "LimitExceededError",
+    "Limits",
+    "NestedTensor",
+    "NotACheckpointError",
+    "SourceError",
+    "SparseTensor",
+    "Storage",
+    "Tensor",
+    "UnpicklingError",
+    "UnsupportedError",
+    "open",
+]

@@ -1,0 +1,95 @@
+"""``Checkpoint``: an opened checkpoint — its object tree, tensor records and reads."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import numpy as np
+
+from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
+from ckptfs.formats.detect import open_parsed
+from ckptfs.formats.parsed import ParsedCheckpoint
+from ckptfs.limits import Limits
+from ckptfs.model import Key, Storage, Tensor
+from ckptfs.reading import StorageReader, read_tensor
+from ckptfs.sources import ByteSource, LocalFileSource
+from ckptfs.tree import walk
+
+
+class Checkpoint:
+    """A parsed checkpoint. Holds the source open; reads are ranged and thread-safe."""
+
+    def __init__(self, source: ByteSource, parsed: ParsedCheckpoint, limits: Limits = Limits()) -> None:
+        self.source = source
+        self.path = source.name
+        self.format = parsed.format
+        self.byteorder = parsed.byteorder
+        self.details = parsed.details
+        self.root = parsed.root
+        self.storages: list[Storage] = parsed.storages
+        self.tensors: list[Tensor] = []
+        self._by_path: dict[tuple[Key, ...], Tensor] = {}
+        self._reader = StorageReader(source, parsed)
+        self._collect_tensors(limits)
+
+    def _collect_tensors(self, limits: Limits) -> None:
+        for visit in walk(self.root, limits):
+            if visit.first and isinstance(visit.value, Tensor):
+                visit.value.path = visit.path
+                self.tensors.append(visit.value)
+                if len(self.tensors) > limits.max_tensors:
+                    raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
+            if isinstance(visit.value, Tensor):
+                self._by_path[visit.path] = visit.value
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def tensor(self, path: tuple[Key, ...]) -> Tensor:
+        """The tensor at ``path`` (any of its paths, if it is referenced more than once)."""
+        return self._by_path[tuple(path)]
+
+    def read(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
+        """The tensor's logical bytes in C order (those of ``t.contiguous()``), or a slice of them."""
+        try:
+            return read_tensor(self._reader, tensor, offset, size)
+        except CkptfsError as exc:
+            raise exc.with_path(self.path) from None
+
+    def to_numpy(self, tensor: Tensor) -> np.ndarray:
+        """A numpy array of the tensor (a copy), for dtypes numpy has."""
+        if tensor.numpy_dtype is None:
+            raise UnsupportedError(f"numpy has no dtype for {tensor.dtype.name}", self.path)
+        if tensor.dtype.packing > 1:
+            raise UnsupportedError(f"{tensor.dtype.name} is packed; read() gives its bytes", self.path)
+        data = self.read(tensor)
+        return np.frombuffer(data, dtype=tensor.numpy_dtype).reshape(tensor.shape).copy()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Checkpoint {self.path!r} {self.format} {len(self.tensors)} tensors>"
+
+
+def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits()) -> Checkpoint:
+    """Parses a checkpoint's metadata; no tensor data is read."""
+    source = path if hasattr(path, "read") and hasattr(path, "size") else LocalFileSource(path)  # type: ignore[arg-type]
+    try:
+        return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
+    except CkptfsError as exc:
+        source.close()  # type: ignore[union-attr]
+        raise exc.with_path(source.name) from None  # type: ignore[union-attr]
+    except BaseException:
+        source.close()  # type: ignore[union-attr]
+        raise

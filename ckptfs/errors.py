@@ -1,0 +1,52 @@
+"""The one exception hierarchy of ckptfs.
+
+Every error raised on bad input is a ``CkptfsError``; its message names the file
+and says what is wrong, so the CLI can print it as one line.
+"""
+
+from __future__ import annotations
+
+
+class CkptfsError(Exception):
+    """Base of every error ckptfs raises on purpose."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        self.reason = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+    def with_path(self, path: str) -> CkptfsError:
+        """The same error, naming ``path`` (kept if one is already named)."""
+        if self.path is not None:
+            return self
+        clone = type(self)(self.reason, path)
+        clone.__cause__ = self.__cause__ or self
+        return clone
+
+
+class SourceError(CkptfsError):
+    """The bytes could not be read: missing file, I/O error, short read."""
+
+
+class NotACheckpointError(CkptfsError):
+    """The file is not in any format ckptfs reads."""
+
+
+class CorruptCheckpointError(CkptfsError):
+    """The file claims a known format but its structure is broken or lies."""
+
+
+class UnpicklingError(CorruptCheckpointError):
+    """The pickle stream is malformed or uses a refused opcode."""
+
+
+class TruncatedPickleError(UnpicklingError):
+    """The pickle stream ends before its STOP opcode."""
+
+
+class LimitExceededError(CkptfsError):
+    """A configurable safety limit (size, depth, count) was exceeded."""
+
+
+class UnsupportedError(CkptfsError):
+    """Valid input that ckptfs does not read (yet), e.g. a compression method."""

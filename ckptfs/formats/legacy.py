@@ -1,0 +1,145 @@
+"""The legacy stream format (torch 0.4–1.5, ``_use_new_zipfile_serialization=False``).
+
+Layout (spec §3.1): five pickles — magic number, protocol version, sys_info,
+the object, the list of storage keys — then each storage as an int64
+little-endian element count followed by its raw little-endian bytes. The
+element size of each storage comes from the object pickle, so every storage
+boundary is arithmetic; the file size cross-checks the sum, and each count
+header is checked before its storage is first read.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from ckptfs import rebuild
+from ckptfs.dtypes import dtype_of_storage_class
+from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, TruncatedPickleError, UnsupportedError
+from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
+from ckptfs.limits import Limits
+from ckptfs.model import Storage
+from ckptfs.sources import ByteSource
+from ckptfs.unpickle import PickledObject, SafeUnpickler
+
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+PROTOCOL_VERSION = 1001
+FIRST_WINDOW = 64 * 1024
+COUNT = struct.Struct("<q")
+
+
+class _LegacyStorages:
+    def __init__(self) -> None:
+        self.storages: dict[str, Storage] = {}
+        self.views: list[tuple[Storage, str, int]] = []
+
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and pid and pid[0] == "module":
+            return PickledObject(pid[1] if len(pid) > 1 else None, (), state={"source_file": pid[2:3]})
+        cls, key, location, numel, view = storage_persistent_id(pid, 6)
+        dtype = dtype_of_storage_class(cls.module, cls.name)
+        if dtype is None:
+            raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
+        root = self._storage(key, dtype, location, numel)
+        if view is None:
+            return root
+        if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[0], str)
+                and all(type(v) is int and v >= 0 for v in view[1:])):
+            raise CorruptCheckpointError(f"bad view metadata {view!r} for storage {key!r}")
+        view_key, view_offset, view_numel = view
+        if (view_offset + view_numel) * dtype.itemsize > root.nbytes:
+            raise CorruptCheckpointError(f"storage view {view_key!r} runs past its root storage {key!r}")
+        existing = self.storages.get(view_key)
+        if existing is not None:
+            return existing
+        storage = Storage(view_key, dtype, location, view_numel, f"legacy:{key}", base=root, base_offset=view_offset)
+        self.storages[view_key] = storage
+        return storage
+
+    def _storage(self, key: str, dtype: Any, location: str, numel: int) -> Storage:
+        known = self.storages.get(key)
+        if known is not None:
+            if known.nbytes != numel * dtype.itemsize:
+                raise CorruptCheckpointError(
+                    f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"
+                )
+            return known
+        storage = Storage(key, dtype, location, numel, f"legacy:{key}")
+        self.storages[key] = storage
+        return storage
+
+
+def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    window = min(source.size, FIRST_WINDOW)
+    while True:
+        head = source.read(0, window)
+        try:
+            return _parse(source, head, limits)
+        except TruncatedPickleError:
+            if window >= source.size:
+                raise
+            if window >= limits.max_pickle_bytes:
+                raise CorruptCheckpointError(
+                    f"legacy pickles exceed {limits.max_pickle_bytes} bytes (limit max_pickle_bytes)"
+                ) from None
+            window = min(source.size, window * 4, limits.max_pickle_bytes)
+
+
+def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
+    magic, pos = _next_pickle(head, 0, limits)
+    if magic != MAGIC_NUMBER:
+        raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
+    protocol, pos = _next_pickle(head, pos, limits)
+    if protocol != PROTOCOL_VERSION:
+        raise UnsupportedError(f"legacy protocol version {protocol!r} (expected {PROTOCOL_VERSION})")
+    sys_info, pos = _next_pickle(head, pos, limits)
+    table = _LegacyStorages()
+    unpickler = SafeUnpickler(head, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
+    unpickler.pos = pos
+    root = unpickler.load()
+    keys, pos = _next_pickle(head, unpickler.pos, limits)
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise CorruptCheckpointError("legacy storage key list is not a list of strings")
+    _place_storages(source, table, keys, pos)
+
+    def verify(storage: Storage) -> None:
+        root = storage.base or storage
+        (count,) = COUNT.unpack(source.read(root.offset - COUNT.size, COUNT.size))
+        if count != root.numel:
+            raise CorruptCheckpointError(
+                f"legacy storage {root.key!r} declares {root.numel} elements in the pickle but {count} in its header"
+            )
+
+    little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
+    details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
+    return ParsedCheckpoint("legacy", root, list(table.storages.values()), "little", details, verify=verify)
+
+
+def _next_pickle(head: bytes, pos: int, limits: Limits) -> tuple[Any, int]:
+    unpickler = SafeUnpickler(head, limits=limits)
+    unpickler.pos = pos
+    value = unpickler.load()
+    return value, unpickler.pos
+
+
+def _place_storages(source: ByteSource, table: _LegacyStorages, keys: list[str], pos: int) -> None:
+    seen: set[str] = set()
+    for key in keys:
+        storage = table.storages.get(key)
+        if storage is None:
+            raise CorruptCheckpointError(f"legacy storage {key!r} is listed but no tensor names its type")
+        if key in seen or storage.base is not None:
+            raise CorruptCheckpointError(f"legacy storage {key!r} is listed twice or is a view")
+        seen.add(key)
+        storage.offset = pos + COUNT.size
+        storage.size = storage.nbytes
+        pos = storage.offset + storage.nbytes
+    if pos != source.size:
+        raise CorruptCheckpointError(f"legacy storages end at byte {pos} but the file has {source.size} bytes")
+    missing = [s.key for s in table.storages.values() if s.base is None and s.key not in seen]
+    if missing:
+        raise CorruptCheckpointError(f"legacy storage {missing[0]!r} is referenced but not in the key list")
+    for storage in table.storages.values():
+        if storage.base is not None:
+            storage.offset = storage.base.offset + storage.base_offset * storage.base.dtype.itemsize
+            storage.size = storage.nbytes

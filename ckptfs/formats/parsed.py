@@ -1,0 +1,46 @@
+"""What every container parser hands to the checkpoint model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ckptfs.errors import CorruptCheckpointError
+from ckptfs.model import Storage
+from ckptfs.unpickle import Global
+
+
+@dataclass
+class ParsedCheckpoint:
+    format: str
+    """``zip``, ``torchscript`` or ``legacy``."""
+    root: Any
+    storages: list[Storage]
+    byteorder: str = "little"
+    details: dict[str, Any] = field(default_factory=dict)
+    """Format facts worth reporting (archive prefix, versions, alignment …)."""
+    inflate: Callable[[Storage], bytes] | None = None
+    """Decompresses a deflated storage record (re-zipped archives)."""
+    verify: Callable[[Storage], None] | None = None
+    """Checks a storage's on-disk framing before its first read (legacy counts)."""
+
+
+def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str, int, Any]:
+    """Validates a ``('storage', cls, key, location, numel[, view])`` persistent id."""
+    if not isinstance(pid, tuple) or len(pid) != tuple_length or pid[0] != "storage":
+        raise CorruptCheckpointError(f"unexpected persistent id {_short(pid)}")
+    cls, key, location, numel = pid[1:5]
+    if not isinstance(cls, Global):
+        raise CorruptCheckpointError(f"storage class in persistent id is {_short(cls)}, not a class name")
+    if not isinstance(key, str) or not key or "/" in key or "\0" in key or len(key) > 256:
+        raise CorruptCheckpointError(f"bad storage key {_short(key)}")
+    if not isinstance(location, str):
+        raise CorruptCheckpointError(f"storage location {_short(location)} is not a string")
+    if type(numel) is not int or numel < 0:
+        raise CorruptCheckpointError(f"storage {key!r} has a bad element count {_short(numel)}")
+    return cls, key, location, numel, pid[5] if tuple_length > 5 else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,136 @@
+"""``torch.save`` zip checkpoints (torch ≥ 1.6) and TorchScript archives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptfs import rebuild
+from ckptfs.dtypes import dtype_of_storage_class
+from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, UnsupportedError
+from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
+from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive
+from ckptfs.limits import Limits
+from ckptfs.model import Storage
+from ckptfs.sources import ByteSource
+from ckptfs.unpickle import PickledObject, SafeUnpickler
+
+SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
+MAX_SMALL_RECORD = 4096
+CONSTANTS_KEY = "constants.pkl"
+"""Where a TorchScript archive's constants appear in the tree: a name no attribute can have."""
+
+
+class _StorageTable:
+    """Storages of one pickle's record directory (``data/`` or ``constants/``)."""
+
+    def __init__(self, archive: ZipArchive, directory: str, byteorder: str) -> None:
+        self.archive = archive
+        self.directory = directory
+        self.byteorder = byteorder
+        self.storages: dict[str, Storage] = {}
+
+    def persistent_load(self, pid: Any) -> Storage:
+        cls, key, location, numel, _ = storage_persistent_id(pid, 5)
+        dtype = dtype_of_storage_class(cls.module, cls.name)
+        if dtype is None:
+            raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
+        known = self.storages.get(key)
+        if known is not None:
+            if known.nbytes != numel * dtype.itemsize:
+                raise CorruptCheckpointError(
+                    f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"
+                )
+            return known
+        record = f"{self.directory}/{key}"
+        entry = self.archive.entry(record)
+        if entry is None:
+            raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
+        storage = Storage(key, dtype, location, numel, record, size=entry.size, byteorder=self.byteorder)
+        if entry.size != storage.nbytes:
+            raise CorruptCheckpointError(
+                f"record {record!r} holds {entry.size} bytes but its storage declares {storage.nbytes} "
+                f"({numel} × {dtype.itemsize})"
+            )
+        if entry.method not in (STORED, DEFLATED):
+            raise UnsupportedError(f"record {record!r} uses compression method {entry.method}")
+        storage.compressed = entry.method == DEFLATED
+        self.storages[key] = storage
+        return storage
+
+
+def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    archive = ZipArchive(source, limits)
+    if archive.entry("archive_format") is not None:
+        raise UnsupportedError("torch.export (.pt2) archives are not supported")
+    is_torchscript = archive.entry("constants.pkl") is not None
+    if archive.entry("data.pkl") is None:
+        raise NotACheckpointError(f"zip archive without {archive.prefix}data.pkl: not a PyTorch checkpoint")
+    records = archive.read_records(["data.pkl"] + (["constants.pkl"] if is_torchscript else []),
+                                   max_size=limits.max_pickle_bytes)
+    records.update(archive.read_records(SMALL_RECORDS, max_size=MAX_SMALL_RECORD))
+    byteorder = _byteorder(records.get("byteorder"))
+    alignment = _alignment(records.get(".storage_alignment"))
+
+    data = _StorageTable(archive, "data", byteorder)
+    root = _load(records["data.pkl"], data, limits)
+    tables = [data]
+    if is_torchscript:
+        constants = _StorageTable(archive, "constants", byteorder)
+        constant_values = _load(records["constants.pkl"], constants, limits)
+        tables.append(constants)
+        root = _attach_constants(root, constant_values)
+
+    storages = [s for table in tables for s in table.storages.values()]
+    entries = [archive.entries[archive.prefix + s.record] for s in storages]
+    archive.resolve_data_offsets(entries, alignment)
+    for storage, entry in zip(storages, entries):
+        storage.offset = entry.data_offset
+
+    def inflate(storage: Storage) -> bytes:
+        return archive.read_compressed(archive.entries[archive.prefix + storage.record])
+
+    details = {
+        "archive_prefix": archive.prefix.rstrip("/"),
+        "records": len(archive.entries),
+        "storage_alignment": alignment,
+        "format_version": _text(records.get(".format_version")),
+        "version": _text(records.get("version") or records.get(".data/version")),
+    }
+    return ParsedCheckpoint("torchscript" if is_torchscript else "zip", root, storages, byteorder,
+                            details, inflate=inflate)
+
+
+def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:
+    unpickler = SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,
+                              limits=limits)
+    return unpickler.load()
+
+
+def _attach_constants(root: Any, constants: Any) -> Any:
+    if not isinstance(constants, tuple) or not constants:
+        return root
+    if isinstance(root, PickledObject) and isinstance(root.state, dict):
+        root.state[CONSTANTS_KEY] = constants
+    return root
+
+
+def _byteorder(raw: bytes | None) -> str:
+    if raw is None:
+        return "little"
+    text = raw.decode("ascii", "replace").strip()
+    if text not in ("little", "big"):
+        raise CorruptCheckpointError(f"byteorder record says {text!r}, not 'little' or 'big'")
+    return text
+
+
+def _alignment(raw: bytes | None) -> int:
+    if raw is None:
+        return 64
+    text = raw.decode("ascii", "replace").strip()
+    if not text.isdigit() or not 0 < int(text) <= 1 << 30:
+        raise CorruptCheckpointError(f".storage_alignment record says {text!r}, not a positive integer")
+    return int(text)
+
+
+def _text(raw: bytes | None) -> str | None:
+    return raw.decode("ascii", "replace").strip() if raw is not None else None

@@ -1,0 +1,176 @@
+"""Plain records of the checkpoint model: storages, tensors and composite tensors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptfs.dtypes import DType
+from ckptfs.unpickle import Buildable
+
+Key = Any
+"""A path element: str for dict keys and attributes, int for int keys and indices."""
+
+
+@dataclass(eq=False)
+class Storage:
+    """One stored buffer that tensors view. Tensors sharing it share this object."""
+
+    key: str
+    dtype: DType
+    """Element type the storage was declared with (``untyped`` = bytes)."""
+    location: str
+    numel: int
+    """Declared element count (bytes for untyped storages)."""
+    record: str = ""
+    """Where the bytes are: a zip record name, or ``legacy:<key>``."""
+    offset: int = -1
+    """Absolute byte offset of the data in the source; -1 while unresolved."""
+    size: int = 0
+    """Bytes actually available on disk for this storage."""
+    byteorder: str = "little"
+    compressed: bool = False
+    """The record is deflated: ``offset`` points at compressed bytes."""
+    inline_data: bytes | None = None
+    """Bytes held in the pickle itself (numpy-backed device tensors)."""
+    base: Storage | None = None
+    """For old legacy view storages: the root storage whose bytes this views."""
+    base_offset: int = 0
+    """Element offset into ``base`` (elements of the base's dtype)."""
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+@dataclass
+class Quantization:
+    scheme: str
+    """``per_tensor_affine``, ``per_channel_affine`` …"""
+    scale: float | None = None
+    zero_point: int | None = None
+    axis: int | None = None
+    scales: Tensor | None = None
+    zero_points: Tensor | None = None
+
+
+@dataclass(eq=False)
+class Tensor:
+    """A tensor record: metadata and where its bytes live. Holds no data."""
+
+    dtype: DType
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    storage: Storage | None
+    requires_grad: bool = False
+    is_parameter: bool = False
+    kind: str = "dense"
+    """``dense`` (has bytes), ``meta`` (meta device) or ``no_data`` (wrapper subclass, skipped)."""
+    conj: bool = False
+    neg: bool = False
+    quantization: Quantization | None = None
+    type_name: str | None = None
+    """The Python class when not a plain Tensor/Parameter (e.g. a tensor subclass)."""
+    path: tuple[Key, ...] = ()
+    """Keys from the root object to the first place this tensor was met."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the tensor's logical bytes (packed types: stored bytes)."""
+        if self.kind != "dense":
+            return 0
+        return -(-self.numel // self.dtype.packing) * self.dtype.itemsize
+
+    @property
+    def has_data(self) -> bool:
+        return self.kind == "dense" and self.storage is not None
+
+    @property
+    def byteorder(self) -> str:
+        return self.storage.byteorder if self.storage is not None else "little"
+
+    @property
+    def numpy_dtype(self) -> str | None:
+        return self.dtype.numpy
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = 1
+        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
+
+    @property
+    def device(self) -> str:
+        return self.storage.location if self.storage is not None else "meta"
+
+
+@dataclass(eq=False)
+class SparseTensor:
+    """A sparse tensor: metadata plus its component tensors (indices, values, …)."""
+
+    layout: str
+    size: tuple[int, ...]
+    components: dict[str, Any]
+    is_coalesced: bool | None = None
+
+
+@dataclass(eq=False)
+class NestedTensor:
+    """A strided nested tensor: a flat buffer and per-component sizes, strides, offsets."""
+
+    components: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class NumpyArray(Buildable):
+    """A numpy array pickled inline; its raw bytes come with BUILD."""
+
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    fortran_order: bool = False
+    data: bytes | None = None
+
+    def apply_state(self, state: Any) -> None:
+        if not (isinstance(state, tuple) and len(state) == 5):
+            return
+        _, shape, dtype, fortran, raw = state
+        if isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape):
+            self.shape = shape
+        if isinstance(dtype, NumpyDType):
+            self.dtype = dtype.descr
+        self.fortran_order = bool(fortran)
+        if isinstance(raw, (bytes, bytearray)):
+            self.data = bytes(raw)
+        elif isinstance(raw, str):
+            self.data = raw.encode("latin-1", "replace")
+
+
+@dataclass(eq=False)
+class NumpyDType(Buildable):
+    """``numpy.dtype(...)`` as pickled: a type string completed by BUILD's byte order."""
+
+    code: str
+    byteorder: str = "|"
+
+    def apply_state(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "|", "="):
+            self.byteorder = state[1]
+
+    @property
+    def descr(self) -> str:
+        if self.code[:1] in "<>|=":
+            return self.code
+        return self.byteorder + self.code

@@ -1,0 +1,85 @@
+"""The object tree: which values are containers, their children, and tensor paths.
+
+``children`` is the one definition of the tree's shape; paths, the CLI's JSON
+and the filesystem layout all follow it. The walk is iterative (no recursion
+limit) and visits every object once, so shared references and cycles cost
+nothing extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ckptfs.errors import LimitExceededError
+from ckptfs.limits import Limits
+from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
+from ckptfs.unpickle import PickledObject, UnhashableKey
+
+STATE_KEY = "__state__"
+ARGS_KEY = "__args__"
+
+
+def is_container(value: Any) -> bool:
+    return isinstance(value, (dict, list, tuple, PickledObject, SparseTensor, NestedTensor))
+
+
+def children(value: Any) -> list[tuple[Key, Any]]:
+    """The (key, child) pairs of a container, in pickle order; [] for a leaf."""
+    if isinstance(value, dict):
+        return [(k.value if isinstance(k, UnhashableKey) else k, v) for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    if isinstance(value, (SparseTensor, NestedTensor)):
+        return list(value.components.items())
+    if isinstance(value, PickledObject):
+        return _object_children(value)
+    return []
+
+
+def _object_children(obj: PickledObject) -> list[tuple[Key, Any]]:
+    items: list[tuple[Key, Any]] = list(obj.dict_items) + list(enumerate(obj.list_items))
+    state = obj.state
+    if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+        merged = {**(state[0] or {}), **(state[1] or {})}
+        state = merged or None
+    if isinstance(state, dict) and not items and all(isinstance(k, str) for k in state):
+        items = list(state.items())
+    elif state is not None:
+        items.append((STATE_KEY, state))
+    if obj.args and any(is_container(a) or isinstance(a, Tensor) for a in obj.args):
+        items.insert(0, (ARGS_KEY, obj.args))
+    return items
+
+
+@dataclass
+class Visit:
+    path: tuple[Key, ...]
+    value: Any
+    first: bool
+    """False when this object was already visited at another path (a shared reference)."""
+
+
+def walk(root: Any, limits: Limits = Limits()) -> Iterator[Visit]:
+    """Depth-first pre-order walk; a shared object is yielded once per path, expanded once."""
+    seen: set[int] = set()
+    stack: list[tuple[tuple[Key, ...], Any]] = [((), root)]
+    nodes = 0
+    while stack:
+        path, value = stack.pop()
+        nodes += 1
+        if nodes > limits.max_tree_nodes:
+            raise LimitExceededError(f"object tree has more than {limits.max_tree_nodes} nodes (limit max_tree_nodes)")
+        shareable = is_container(value) or isinstance(value, Tensor)
+        first = not shareable or id(value) not in seen
+        yield Visit(path, value, first)
+        if not first:
+            continue
+        if shareable:
+            seen.add(id(value))
+        if not is_container(value):
+            continue
+        if len(path) >= limits.max_tree_depth:
+            raise LimitExceededError(f"object tree nests deeper than {limits.max_tree_depth} (limit max_tree_depth)")
+        for key, child in reversed(children(value)):
+            stack.append((path + (key,), child))
