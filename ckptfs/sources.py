@@ -45,7 +45,8 @@ class LocalFileSource:
             raise SourceError(f"cannot stat: {exc.strerror}", self.name) from exc
         if not stat.S_ISREG(st.st_mode):
             os.close(self._fd)
-            raise SourceError("not a regular file", self.name)
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise SourceError(f"{kind}, not a checkpoint file", self.name)
         self.size = st.st_size
         self.stat = st
 

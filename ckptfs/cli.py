@@ -1,0 +1,101 @@
+"""The ``ckptfs`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable
+
+from ckptfs.checkpoint import open_checkpoint
+from ckptfs.describe import encode_tree, tensor_metadata
+from ckptfs.errors import CkptfsError
+from ckptfs.limits import Limits
+from ckptfs.model import Tensor
+
+
+def human_size(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def display_path(tensor: Tensor) -> str:
+    return "/".join(str(k) for k in tensor.path) or "."
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with open_checkpoint(args.file, args.limits) as ck:
+        rows = [(display_path(t), t.dtype.name, "x".join(map(str, t.shape)) or "scalar", human_size(t.nbytes)) for t in ck]
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
+    out = sys.stdout
+    for row in rows:
+        out.write(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}\n")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    with open_checkpoint(args.file, args.limits) as ck:
+        info = {
+            "file": ck.path,
+            "format": ck.format,
+            "byteorder": ck.byteorder,
+            "details": ck.details,
+            "tensor_count": len(ck.tensors),
+            "total_nbytes": sum(t.nbytes for t in ck),
+        }
+        if args.json:
+            info["tensors"] = [tensor_metadata(t) for t in ck]
+            info["tree"] = encode_tree(ck.root)
+            json.dump(info, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            for key, value in info.items():
+                print(f"{key}: {value}")
+    return 0
+
+
+def _parse_limit(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or name not in Limits.names() or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=INTEGER with NAME one of {', '.join(Limits.names())}")
+    return name, int(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckptfs", description="Read PyTorch checkpoints without torch.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks (and, when mounting, log requests)")
+    parser.add_argument("--limit", action="append", type=_parse_limit, default=[], metavar="NAME=VALUE",
+                        help="raise a safety limit, e.g. --limit max_pickle_bytes=4294967296")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("ls", help="one line per tensor: path, dtype, shape, size")
+    ls.add_argument("file")
+    ls.set_defaults(run=cmd_ls)
+    info = sub.add_parser("info", help="checkpoint summary; --json for every tensor and the whole tree")
+    info.add_argument("file")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(run=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.limits = Limits(**dict(args.limit))
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except CkptfsError as exc:
+        if args.debug:
+            raise
+        print(f"ckptfs: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""JSON descriptions of tensors and of the object tree (the CLI's ``info`` and the mount's metadata).
+
+Values JSON cannot hold are encoded as one-key objects whose key starts with
+``$`` (documented in the README): ``$bytes`` (base64), ``$int`` (decimal text,
+for integers beyond ±2**53), ``$float`` (``nan``, ``inf``, ``-inf``),
+``$complex``, ``$tuple``, ``$set``, ``$dict`` (pairs, for non-string keys),
+``$global``, ``$object``, ``$ndarray``, ``$tensor`` and ``$ref`` (a value met
+before, by its path).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import sys
+from typing import Any
+
+from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor
+from ckptfs.reading import needs_gather
+from ckptfs.tree import children, is_container
+from ckptfs.unpickle import Global, PickledObject, UnhashableKey
+
+JSON_SAFE_INT = 1 << 53
+
+
+def tensor_metadata(tensor: Tensor) -> dict[str, Any]:
+    """Everything a reader of the tensor's bytes needs to know, as JSON-ready values."""
+    meta: dict[str, Any] = {
+        "path": [encode_key(k) for k in tensor.path],
+        "dtype": tensor.dtype.name,
+        "numpy_dtype": tensor.numpy_dtype,
+        "shape": list(tensor.shape),
+        "stride": list(tensor.stride),
+        "storage_offset": tensor.storage_offset,
+        "itemsize": tensor.itemsize,
+        "numel": tensor.numel,
+        "nbytes": tensor.nbytes,
+        "is_contiguous": tensor.is_contiguous,
+        "byteorder": "little",
+        "source_byteorder": tensor.byteorder,
+        "requires_grad": tensor.requires_grad,
+        "is_parameter": tensor.is_parameter,
+        "kind": tensor.kind,
+        "has_data": tensor.has_data,
+    }
+    if tensor.conj or tensor.neg:
+        meta["conj"], meta["neg"] = tensor.conj, tensor.neg
+    if tensor.type_name:
+        meta["type"] = tensor.type_name
+    if tensor.quantization is not None:
+        q = tensor.quantization
+        meta["quantization"] = {
+            "scheme": q.scheme,
+            "scale": q.scale,
+            "zero_point": q.zero_point,
+            "axis": q.axis,
+            "scales": _tensor_ref(q.scales),
+            "zero_points": _tensor_ref(q.zero_points),
+        }
+    storage = tensor.storage
+    if storage is not None:
+        meta["storage"] = {
+            "key": storage.key,
+            "location": storage.location,
+            "record": storage.record,
+            "dtype": storage.dtype.name,
+            "nbytes": storage.nbytes,
+            "offset": storage.offset if storage.inline_data is None else None,
+            "compressed": storage.compressed,
+        }
+        meta["source_ranges"] = source_ranges(tensor)
+    return meta
+
+
+def source_ranges(tensor: Tensor) -> list[list[int]] | None:
+    """``[[start, end]]`` in the source file when the tensor's bytes are one stored range, else None."""
+    storage = tensor.storage
+    if (storage is None or not tensor.has_data or storage.compressed or storage.inline_data is not None
+            or needs_gather(tensor)):
+        return None
+    start = storage.offset + tensor.storage_offset // tensor.dtype.packing * tensor.itemsize
+    return [[start, start + tensor.nbytes]]
+
+
+def _tensor_ref(tensor: Tensor | None) -> dict[str, Any] | None:
+    if tensor is None:
+        return None
+    return {"$tensor": {k: v for k, v in tensor_metadata(tensor).items() if k != "path"}}
+
+
+def encode_key(key: Any) -> Any:
+    """A path element as JSON: str and int as themselves, anything else encoded."""
+    if isinstance(key, str) and not _has_surrogates(key):
+        return key
+    if type(key) is int and abs(key) < JSON_SAFE_INT:
+        return key
+    return encode_leaf(key)
+
+
+def encode_tree(root: Any) -> Any:
+    """The whole object tree as JSON-ready values; tensors become ``$tensor`` metadata."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        return _encode(root, (), {})
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _encode(value: Any, path: tuple[Any, ...], seen: dict[int, tuple[Any, ...]]) -> Any:
+    if isinstance(value, Tensor) or is_container(value):
+        if id(value) in seen:
+            return {"$ref": [encode_key(k) for k in seen[id(value)]]}
+        seen[id(value)] = path
+    if isinstance(value, Tensor):
+        return {"$tensor": tensor_metadata(value)}
+    if not is_container(value):
+        return encode_leaf(value)
+    items = [(k, _encode(v, path + (k,), seen)) for k, v in children(value)]
+    if isinstance(value, list):
+        return [v for _, v in items]
+    if isinstance(value, tuple):
+        return {"$tuple": [v for _, v in items]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("$") and not _has_surrogates(k) for k, _ in items):
+            return dict(items)
+        return {"$dict": [[encode_key(k), v] for k, v in items]}
+    if isinstance(value, SparseTensor):
+        return {"$sparse": {"layout": value.layout, "size": list(value.size), "is_coalesced": value.is_coalesced,
+                            "components": dict(items)}}
+    if isinstance(value, NestedTensor):
+        return {"$nested": dict(items)}
+    assert isinstance(value, PickledObject)
+    return {"$object": {"class": value.class_name,
+                        "children": [[encode_key(k), v] for k, v in items]}}
+
+
+def encode_leaf(value: Any) -> Any:
+    """A non-container value as JSON (see the module docstring for the ``$`` forms)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < JSON_SAFE_INT else {"$int": str(value)}
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, str):
+        return value if not _has_surrogates(value) else {"$str": base64.b64encode(
+            value.encode("utf-8", "surrogatepass")).decode("ascii")}
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, complex):
+        return {"$complex": [encode_leaf(value.real), encode_leaf(value.imag)]}
+    if isinstance(value, Global):
+        return {"$global": value.qualname}
+    if isinstance(value, (set, frozenset)):
+        return {"$set": sorted((encode_leaf(v) for v in value), key=repr)}
+    if isinstance(value, UnhashableKey):
+        return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": repr(value.value)[:200]}
+    if isinstance(value, NumpyArray):
+        return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
+                             "data": base64.b64encode(value.data or b"").decode("ascii")}}
+    return {"$repr": repr(value)[:200]}
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
