@@ -30,7 +30,7 @@ EOCD = struct.Struct("<4sHHHHIIH")
 ZIP64_EOCD = struct.Struct("<4sQHHIIQQQQ")
 ZIP64_LOCATOR = struct.Struct("<4sIQI")
 TAIL_READ = 128 * 1024
-MERGE_GAP = 1 << 20
+MERGE_GAP = 64 * 1024
 STORED = 0
 DEFLATED = 8
 
@@ -69,6 +69,7 @@ class ZipArchive:
             raise CorruptCheckpointError("zip file too short for an end-of-central-directory record")
         tail_start = max(0, size - TAIL_READ)
         tail = self.source.read(tail_start, size - tail_start)
+        self._tail, self._tail_start = tail, tail_start
         eocd_pos = self._find_eocd(tail)
         (_, disk, cd_disk, _, count, cd_size, cd_offset, _) = EOCD.unpack_from(tail, eocd_pos)
         if disk != 0 or cd_disk != 0:
@@ -79,7 +80,7 @@ class ZipArchive:
             _, _, z64_offset, _ = ZIP64_LOCATOR.unpack_from(tail, locator_pos)
             if z64_offset + ZIP64_EOCD.size > tail_start + locator_pos:
                 raise CorruptCheckpointError(f"zip64 end record offset {z64_offset} is past its locator")
-            record = self._bytes_at(tail, tail_start, z64_offset, ZIP64_EOCD.size)
+            record = self._bytes_at(z64_offset, ZIP64_EOCD.size)
             fields = ZIP64_EOCD.unpack(record)
             if fields[0] != ZIP64_EOCD_SIG:
                 raise CorruptCheckpointError(f"no zip64 end-of-central-directory record at offset {z64_offset}")
@@ -92,7 +93,7 @@ class ZipArchive:
                 f"central directory ({cd_size} bytes at offset {cd_offset}) overruns the end records at {end_of_cd}"
             )
         self.cd_offset = cd_offset
-        directory = self._bytes_at(tail, tail_start, cd_offset, cd_size)
+        directory = self._bytes_at(cd_offset, cd_size)
         self._parse_directory(directory, count)
 
     @staticmethod
@@ -107,9 +108,11 @@ class ZipArchive:
                 if pos + EOCD.size + comment_length == len(tail):
                     return pos
 
-    def _bytes_at(self, tail: bytes, tail_start: int, offset: int, length: int) -> bytes:
-        if offset >= tail_start and offset + length <= tail_start + len(tail):
-            return tail[offset - tail_start : offset - tail_start + length]
+    def _bytes_at(self, offset: int, length: int) -> bytes:
+        """Bytes of the source, from the tail already read when they lie in it."""
+        start = offset - self._tail_start
+        if start >= 0 and start + length <= len(self._tail):
+            return self._tail[start : start + length]
         return self.source.read(offset, length)
 
     def _parse_directory(self, directory: bytes, count: int) -> None:
@@ -161,21 +164,25 @@ class ZipArchive:
     def entry(self, record: str) -> ZipEntry | None:
         return self.entries.get(self.prefix + record)
 
-    def read_records(self, records: list[str], max_size: int) -> dict[str, bytes]:
-        """Contents of small records (by name below the prefix), fetched in merged spans."""
-        wanted = sorted((e for r in records if (e := self.entry(r)) is not None), key=lambda e: e.header_offset)
+    def read_records(self, max_sizes: dict[str, int]) -> dict[str, bytes]:
+        """Contents of the named records that exist (names below the prefix), fetched in merged spans.
+
+        ``max_sizes`` maps each name to the largest size accepted for it.
+        """
+        wanted = sorted((e for r in max_sizes if (e := self.entry(r)) is not None), key=lambda e: e.header_offset)
         result: dict[str, bytes] = {}
         groups: list[list[ZipEntry]] = []
         for e in wanted:
-            if e.size > max_size:
-                raise LimitExceededError(f"zip record {e.name!r} of {e.size} bytes exceeds the limit of {max_size}")
+            limit = max_sizes[e.name[len(self.prefix) :]]
+            if e.size > limit:
+                raise LimitExceededError(f"zip record {e.name!r} of {e.size} bytes exceeds the limit of {limit}")
             if groups and e.header_offset - self._span_end(groups[-1][-1]) < MERGE_GAP:
                 groups[-1].append(e)
             else:
                 groups.append([e])
         for group in groups:
             start = group[0].header_offset
-            buffer = self.source.read(start, self._span_end(group[-1]) - start)
+            buffer = self._bytes_at(start, self._span_end(group[-1]) - start)
             for e in group:
                 data_start = self._local_data_offset(buffer, e.header_offset - start, e) - start
                 e.data_offset = start + data_start

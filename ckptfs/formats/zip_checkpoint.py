@@ -65,9 +65,9 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     is_torchscript = archive.entry("constants.pkl") is not None
     if archive.entry("data.pkl") is None:
         raise NotACheckpointError(f"zip archive without {archive.prefix}data.pkl: not a PyTorch checkpoint")
-    records = archive.read_records(["data.pkl"] + (["constants.pkl"] if is_torchscript else []),
-                                   max_size=limits.max_pickle_bytes)
-    records.update(archive.read_records(SMALL_RECORDS, max_size=MAX_SMALL_RECORD))
+    pickles = ["data.pkl", "constants.pkl"] if is_torchscript else ["data.pkl"]
+    records = archive.read_records({**dict.fromkeys(SMALL_RECORDS, MAX_SMALL_RECORD),
+                                    **dict.fromkeys(pickles, limits.max_pickle_bytes)})
     byteorder = _byteorder(records.get("byteorder"))
     alignment = _alignment(records.get(".storage_alignment"))
 
