@@ -76,7 +76,7 @@ def source_ranges(tensor: Tensor) -> list[list[int]] | None:
     """``[[start, end]]`` in the source file when the tensor's bytes are one stored range, else None."""
     storage = tensor.storage
     if (storage is None or not tensor.has_data or storage.compressed or storage.inline_data is not None
-            or needs_gather(tensor)):
+            or needs_gather(tensor) or tensor.storage_offset % tensor.dtype.packing):
         return None
     start = storage.offset + tensor.storage_offset // tensor.dtype.packing * tensor.itemsize
     return [[start, start + tensor.nbytes]]
@@ -94,6 +94,8 @@ def encode_key(key: Any) -> Any:
         return key
     if type(key) is int and abs(key) < JSON_SAFE_INT:
         return key
+    if type(key) is tuple:
+        return {"$tuple": [encode_key(k) for k in key]}
     return encode_leaf(key)
 
 

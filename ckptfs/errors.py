@@ -50,3 +50,7 @@ class LimitExceededError(CkptfsError):
 
 class UnsupportedError(CkptfsError):
     """Valid input that ckptfs does not read (yet), e.g. a compression method."""
+
+
+class MountError(CkptfsError):
+    """A mount or unmount failed: bad mount point, FUSE missing, or the daemon did not come up."""

@@ -87,6 +87,8 @@ def read_tensor(reader: StorageReader, tensor: Tensor, offset: int = 0, size: in
     if tensor.dtype.packing > 1:
         if tensor.storage_offset % tensor.dtype.packing:
             raise UnsupportedError(f"packed {tensor.dtype.name} tensor starts inside a byte")
+        if not tensor.is_contiguous:
+            raise UnsupportedError(f"non-contiguous {tensor.dtype.name} tensors are not readable")
         return reader.read(storage, tensor.storage_offset // tensor.dtype.packing + offset, end - offset)
     if not needs_gather(tensor):
         return reader.read(storage, tensor.storage_offset * es + offset, end - offset)

@@ -97,8 +97,6 @@ def make_tensor(
                 f"tensor of size {shape_t}, stride {stride_t}, offset {offset_i} ({dtype.name}) "
                 f"needs {needed} bytes but storage {storage.key!r} holds {storage.nbytes}"
             )
-        if dtype.packing > 1 and not tensor.is_contiguous:
-            raise _fail(f"non-contiguous {dtype.name} tensors are not readable")
     return tensor
 
 
@@ -317,6 +315,13 @@ def _bytearray(args: tuple[Any, ...]) -> Any:
     return PickledObject(Global("builtins", "bytearray"), args)
 
 
+def _bytes(args: tuple[Any, ...]) -> Any:
+    # Protocols 0-2 pickle b"" as a call of bytes() with no arguments.
+    if not args:
+        return b""
+    return PickledObject(Global("builtins", "bytes"), args)
+
+
 def _codecs_encode(args: tuple[Any, ...]) -> Any:
     if len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
         return args[0].encode("latin-1", "replace")
@@ -396,6 +401,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("builtins", "frozenset"): _set(frozenset),
     ("builtins", "complex"): _complex,
     ("builtins", "bytearray"): _bytearray,
+    ("builtins", "bytes"): _bytes,
     ("_codecs", "encode"): _codecs_encode,
     ("torch", "Size"): _torch_size,
     ("torch", "device"): _torch_device,

@@ -246,7 +246,9 @@ def _proto(u: SafeUnpickler) -> None:
 def _frame(u: SafeUnpickler) -> None:
     size = u._u64()
     if size > len(u.data) - u.pos:
-        raise UnpicklingError(f"FRAME of {size} bytes exceeds the {len(u.data) - u.pos} bytes left")
+        raise TruncatedPickleError(
+            f"pickle truncated: FRAME of {size} bytes exceeds the {len(u.data) - u.pos} bytes left"
+        )
 
 
 def _mark(u: SafeUnpickler) -> None:

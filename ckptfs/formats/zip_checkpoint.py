@@ -8,6 +8,7 @@ from ckptfs import rebuild
 from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
+from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
@@ -79,6 +80,7 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         constant_values = _load(records["constants.pkl"], constants, limits)
         tables.append(constants)
         root = _attach_constants(root, constant_values)
+        mark_parameters(archive, root, limits)
 
     storages = [s for table in tables for s in table.storages.values()]
     entries = [archive.entries[archive.prefix + s.record] for s in storages]

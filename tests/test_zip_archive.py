@@ -1,0 +1,243 @@
+"""The zip container: lazy opening, data offsets against Python's zipfile, zip64, re-zipped archives."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+import ckptfs
+from checks import check_checkpoint
+from ckptfs.errors import NotACheckpointError, UnsupportedError
+from ckptfs.formats.zip_archive import predicted_data_offset
+from ckptfs.sources import CountingSource, LocalFileSource
+from corpus import CorpusFile, load_expected, r1_views_and_containers, save_zip
+
+TORCH_WRITTEN = ["r1_views_containers", "r2_every_dtype", "r4_skip_data", "r5_scripted", "r5_traced",
+                 "r9_no_crc", "r9_align4096", "r9_protocol4"]
+
+
+def local_data_offsets(path: Path) -> dict[str, int]:
+    """Where each record's data starts, from zipfile's central directory and the local header it points to."""
+    offsets = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as f:
+        for info in archive.infolist():
+            f.seek(info.header_offset)
+            header = struct.unpack(zipfile.structFileHeader, f.read(zipfile.sizeFileHeader))
+            assert header[zipfile._FH_SIGNATURE] == zipfile.stringFileHeader
+            offsets[info.filename] = (info.header_offset + zipfile.sizeFileHeader
+                                      + header[zipfile._FH_FILENAME_LENGTH] + header[zipfile._FH_EXTRA_FIELD_LENGTH])
+    return offsets
+
+
+def assert_storage_offsets_match_zipfile(path: Path) -> ckptfs.Checkpoint:
+    expected = local_data_offsets(path)
+    ck = ckptfs.open(path)
+    prefix = ck.details["archive_prefix"]
+    assert ck.storages
+    for storage in ck.storages:
+        assert storage.offset == expected[f"{prefix}/{storage.record}"], storage.record
+    return ck
+
+
+@pytest.mark.parametrize("name", TORCH_WRITTEN)
+def test_storage_offsets_match_local_headers(corpus: dict[str, CorpusFile], name: str) -> None:
+    assert_storage_offsets_match_zipfile(corpus[name].path).close()
+
+
+@pytest.mark.parametrize("name", TORCH_WRITTEN)
+def test_alignment_rule_predicts_every_record(corpus: dict[str, CorpusFile], name: str) -> None:
+    path = corpus[name].path
+    alignment = 4096 if name == "r9_align4096" else 64
+    actual = local_data_offsets(path)
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name_length = len(info.filename.encode())
+            predicted = predicted_data_offset(info.header_offset, name_length, info.file_size, alignment)
+            assert predicted == actual[info.filename], info.filename
+
+
+def test_alignment_4096_is_honoured(corpus: dict[str, CorpusFile]) -> None:
+    with ckptfs.open(corpus["r9_align4096"].path) as ck:
+        assert ck.details["storage_alignment"] == 4096
+        assert all(s.offset % 4096 == 0 for s in ck.storages)
+
+
+@pytest.mark.parametrize(("filename", "prefix"), [
+    ("my.model.v2.pt", "my.model.v2"), ("noext", "noext"), ("x.tar.gz", "x.tar"), ("ünïcode.pt", "archive"),
+])
+def test_archive_prefix_comes_from_the_archive(tmp_path: Path, filename: str, prefix: str) -> None:
+    """torch names the prefix after the file it wrote (spec §1.2); a renamed file keeps it."""
+    path = save_zip({"t": torch.arange(3)}, tmp_path / filename)
+    moved = path.rename(tmp_path / "renamed.bin")
+    with ckptfs.open(moved) as ck:
+        assert ck.details["archive_prefix"] == prefix
+        assert ck.read(ck.tensor(("t",))) == torch.arange(3).numpy().tobytes()
+
+
+# -- lazy reads ----------------------------------------------------------------------
+
+
+def _many_storages(directory: Path, count: int) -> Path:
+    tensors = {f"w{i}": torch.full((4096,), i, dtype=torch.int32) for i in range(count)}
+    return save_zip(tensors, directory / f"many_{count}.pt")
+
+
+def _open_counting(path: Path) -> tuple[ckptfs.Checkpoint, CountingSource]:
+    source = CountingSource(LocalFileSource(path))
+    return ckptfs.open(source), source
+
+
+def test_open_cost_does_not_grow_with_storage_count(tmp_path: Path) -> None:
+    counts = []
+    for storages in (16, 256):
+        path = _many_storages(tmp_path, storages)
+        ck, source = _open_counting(path)
+        with ck:
+            assert len(ck.storages) == storages
+            counts.append(len(source.reads))
+            tail = [r for r in source.reads if r[0] + r[1] == source.size]
+            assert len(tail) == 1 and tail[0][1] < source.size / 2
+            for offset, length in source.reads:
+                if (offset, length) in tail:
+                    continue
+                for s in ck.storages:
+                    assert offset + length <= s.offset or offset >= s.offset + s.nbytes, (offset, length, s.key)
+    assert counts[0] == counts[1] <= 5
+
+
+def test_contiguous_read_is_one_ranged_read(tmp_path: Path) -> None:
+    path = _many_storages(tmp_path, 16)
+    offsets = local_data_offsets(path)
+    ck, source = _open_counting(path)
+    with ck:
+        tensor = ck.tensor(("w5",))
+        source.reads.clear()
+        data = ck.read(tensor, 100, 1000)
+        assert source.reads == [(offsets[f"many_16/{tensor.storage.record}"] + 100, 1000)]
+        assert data == torch.full((4096,), 5, dtype=torch.int32).numpy().tobytes()[100:1100]
+
+
+# -- zip64 -----------------------------------------------------------------------------
+
+ZIP64_SIZE = 5 * 2**30
+
+
+@pytest.fixture(scope="module")
+def zip64_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Spec R12: a 5 GiB record written as a sparse file, costing a few KiB of disk."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    directory = tmp_path_factory.mktemp("zip64")
+    probe = directory / "probe"
+    with open(probe, "wb") as f:
+        f.truncate(ZIP64_SIZE)
+    sparse = os.stat(probe).st_blocks * 512 < 2**20
+    probe.unlink()
+    if not sparse:
+        pytest.skip("the temporary directory's file system has no sparse files")
+    path = directory / "zip64.pt"
+    with FakeTensorMode():
+        obj = {"big": torch.empty(ZIP64_SIZE, dtype=torch.uint8), "small": torch.empty(3, dtype=torch.float32),
+               "after": torch.empty(2, 4, dtype=torch.int16).t()}
+        with torch.serialization.skip_data(materialize_fake_tensors=True):
+            torch.save(obj, path)
+    assert os.stat(path).st_blocks * 512 < 2**20
+    yield path
+    path.unlink()
+
+
+def test_zip64_offsets_and_reads(zip64_checkpoint: Path) -> None:
+    offsets = local_data_offsets(zip64_checkpoint)
+    assert max(offsets.values()) > 2**32
+    small = torch.tensor([1.5, -2.0, 3.25]).numpy().tobytes()
+    after = torch.arange(8, dtype=torch.int16).numpy().tobytes()
+    # Complete the skipped data in place, as spec §5 describes.
+    with open(zip64_checkpoint, "r+b") as f:
+        for record, data in (("zip64/data/1", small), ("zip64/data/2", after)):
+            f.seek(offsets[record])
+            f.write(data)
+    with assert_storage_offsets_match_zipfile(zip64_checkpoint) as ck:
+        big = ck.tensor(("big",))
+        assert (big.shape, big.nbytes) == ((ZIP64_SIZE,), ZIP64_SIZE)
+        assert ck.read(big, ZIP64_SIZE - 5) == bytes(5)
+        assert ck.read(ck.tensor(("small",))) == small
+        transposed = ck.tensor(("after",))
+        assert transposed.stride == (1, 4)
+        expected = torch.arange(8, dtype=torch.int16).reshape(2, 4).t().contiguous()
+        assert ck.read(transposed) == expected.numpy().tobytes()
+
+
+# -- archives re-zipped by other tools ---------------------------------------------------
+
+
+def _rezip(source: Path, target: Path, *, method: int, prefix: str, directory_entry: bool = False,
+           reverse: bool = False) -> Path:
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", compression=method) as zout:
+        if directory_entry:
+            zout.writestr(zipfile.ZipInfo(f"{prefix}/"), b"")
+        names = zin.namelist()[::-1] if reverse else zin.namelist()
+        for name in names:
+            zout.writestr(f"{prefix}/{name.split('/', 1)[1]}", zin.read(name))
+    return target
+
+
+def _zip_tool(source: Path, target: Path, *, stored: bool) -> Path:
+    """Re-packs with Info-ZIP's ``zip``: directory entries, extra fields that differ from the central directory."""
+    work = target.parent / f"{target.stem}_tree"
+    with zipfile.ZipFile(source) as zin:
+        zin.extractall(work)
+    (prefix,) = os.listdir(work)
+    shutil.move(work / prefix, work / "repacked")
+    subprocess.run(["zip", "-q", "-r", *(["-0"] if stored else []), str(target), "repacked"], cwd=work, check=True)
+    return target
+
+
+REZIPS = {
+    "stored_renamed": lambda s, t: _rezip(s, t, method=zipfile.ZIP_STORED, prefix="other"),
+    "deflated_same_prefix": lambda s, t: _rezip(s, t, method=zipfile.ZIP_DEFLATED, prefix=s.stem),
+    "deflated_directory_entry": lambda s, t: _rezip(s, t, method=zipfile.ZIP_DEFLATED, prefix="renamed",
+                                                    directory_entry=True),
+    "stored_reversed": lambda s, t: _rezip(s, t, method=zipfile.ZIP_STORED, prefix="rev", reverse=True),
+    "zip_tool_deflated": lambda s, t: _zip_tool(s, t, stored=False),
+    "zip_tool_stored": lambda s, t: _zip_tool(s, t, stored=True),
+}
+
+
+@pytest.fixture(scope="module")
+def r1_original(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    obj = r1_views_and_containers(torch.Generator().manual_seed(7))
+    return save_zip(obj, tmp_path_factory.mktemp("rezip") / "r1.pt"), obj
+
+
+@pytest.mark.parametrize("variant", REZIPS)
+def test_rezipped_archive_reads_like_torch(tmp_path: Path, r1_original: tuple[Path, object], variant: str) -> None:
+    if variant.startswith("zip_tool") and shutil.which("zip") is None:
+        pytest.skip("Info-ZIP zip is not installed")
+    source, obj = r1_original
+    path = REZIPS[variant](source, tmp_path / f"{variant}.pt")
+    check_checkpoint(path, load_expected(path, obj), random.Random(variant))
+    assert_storage_offsets_match_zipfile(path).close()
+
+
+def test_bzip2_rezip_is_unsupported(tmp_path: Path, r1_original: tuple[Path, object]) -> None:
+    path = _rezip(r1_original[0], tmp_path / "bz.pt", method=zipfile.ZIP_BZIP2, prefix="bz")
+    with pytest.raises(UnsupportedError, match="'bz/data.pkl' uses compression method 12") as info:
+        ckptfs.open(path)
+    assert str(path) in str(info.value)
+
+
+def test_two_level_prefix_is_not_a_checkpoint(tmp_path: Path, r1_original: tuple[Path, object]) -> None:
+    """Like torch, only one path component is stripped (spec §1.2)."""
+    path = _rezip(r1_original[0], tmp_path / "deep.pt", method=zipfile.ZIP_STORED, prefix="a/basic")
+    with pytest.raises(NotACheckpointError, match="zip archive without a/data.pkl") as info:
+        ckptfs.open(path)
+    assert str(path) in str(info.value)
