@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Callable
 
@@ -12,6 +13,7 @@ from ckptfs.describe import encode_tree, tensor_metadata
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
+from ckptfs.mount import MountOptions, mount, unmount
 
 
 def human_size(nbytes: int) -> str:
@@ -50,11 +52,24 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             info["tensors"] = [tensor_metadata(t) for t in ck]
             info["tree"] = encode_tree(ck.root)
-            json.dump(info, sys.stdout, indent=1)
-            sys.stdout.write("\n")
+            # One write: json.dump would issue a write per token, ~10x slower on big trees.
+            sys.stdout.write(json.dumps(info, indent=1) + "\n")
         else:
             for key, value in info.items():
                 print(f"{key}: {value}")
+    return 0
+
+
+def cmd_mount(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(name)s: %(message)s")
+    options = MountOptions(foreground=args.foreground, debug=args.debug, allow_other=args.allow_other,
+                           multithreaded=args.multithreaded)
+    mount(args.source, args.mountpoint, options, args.limits)
+    return 0
+
+
+def cmd_umount(args: argparse.Namespace) -> int:
+    unmount(args.mountpoint)
     return 0
 
 
@@ -78,6 +93,22 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("file")
     info.add_argument("--json", action="store_true")
     info.set_defaults(run=cmd_info)
+    mnt = sub.add_parser("mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
+                         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once "
+                                     "the mount answers; the daemon runs in the background. "
+                                     "Unmount with: ckptfs umount MOUNTPOINT")
+    mnt.add_argument("source", metavar="SOURCE")
+    mnt.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
+    mnt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                     help="log every request on stderr (best with -f)")
+    mnt.add_argument("--allow-other", action="store_true", help="let other users see the mount (FUSE allow_other)")
+    mnt.add_argument("--multithreaded", action="store_true",
+                     help="answer requests on several threads (default: one, which streams fastest)")
+    mnt.set_defaults(run=cmd_mount)
+    umount = sub.add_parser("umount", help="unmount a ckptfs mount (also a dead one whose daemon was killed)")
+    umount.add_argument("mountpoint", metavar="MOUNTPOINT")
+    umount.set_defaults(run=cmd_umount)
     return parser
 
 

@@ -1,0 +1,284 @@
+"""The FUSE callbacks of a mount: attributes, listings and reads of a ``Layout``, through mfusepy on libfuse3.
+
+Importing this module loads libfuse3 (``MountError`` if it is missing).
+
+Hot paths skip mfusepy's generic conversions: ``getattr`` and ``readdir`` fill
+C ``struct stat`` buffers directly (``readdir`` hands the kernel every entry's
+attributes, readdirplus), and ``read_buf`` answers a read of a tensor stored as
+one little-endian range with a buffer naming the source's file descriptor and
+absolute offset, so libfuse reads the bytes itself and they never pass through
+Python. Everything else (strided or byte-swapped tensors, deflated records,
+generated files) is read into memory and handed over the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import itertools
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Callable, NoReturn
+
+from ckptfs import libfuse
+from ckptfs.checkpoint import Checkpoint
+from ckptfs.describe import source_ranges
+from ckptfs.errors import CkptfsError, MountError
+from ckptfs.layout import Dir, Kind, Layout, Node
+from ckptfs.model import Tensor
+
+mfusepy = libfuse.load_mfusepy()
+
+log = logging.getLogger("ckptfs.mount")
+
+MAX_REQUEST = 1 << 20
+"""Largest read request libfuse3 and the kernel exchange."""
+BLOCK_SIZE = 1 << 20
+"""``st_blksize``: tools size their reads by it."""
+CACHE_TIMEOUT = 86400.0
+"""Entry, attribute and negative-lookup timeouts: the source is treated as immutable while mounted."""
+MMAP_THRESHOLD = 8 << 20
+TRIM_THRESHOLD = 128 << 20
+LOOP_ENDED_BY_SIGNAL = 8
+"""What ``fuse_main`` returns once SIGINT/SIGTERM/SIGHUP ended the loop (and the mount)."""
+STATFS_BLOCK = 4096
+
+_STAT = mfusepy.c_stat
+_STAT_SIZE = ctypes.sizeof(_STAT)
+_VOID_PP = ctypes.POINTER(ctypes.c_void_p)
+_FuseOSError = mfusepy.FuseOSError
+
+
+@dataclass(slots=True)
+class OpenFile:
+    path: str
+    size: int
+    fd: int = -1
+    """With ``start``: the bytes are ``size`` bytes of this descriptor at ``start``."""
+    start: int = 0
+    data: bytes | None = None
+    tensor: Tensor | None = None
+    """Read through ``Checkpoint.read`` (gathered, swapped or inflated)."""
+
+
+class CheckpointFS:
+    """Callbacks for mfusepy; it installs the ones this object has (raw C arguments where noted)."""
+
+    use_ns = True
+
+    def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.layout = layout
+        self._on_init = on_init
+        self.initialized = False
+        self._fd = checkpoint.source.fileno()
+        self._files: dict[int, OpenFile] = {}
+        self._handles = itertools.count(1)
+        source = os.fstat(self._fd) if self._fd is not None else None
+        self._source_size = checkpoint.source.size
+        self._template = self._stat_template(source)
+        readable = (source.st_mode if source else 0o444) & 0o444
+        self._file_mode = stat.S_IFREG | readable
+        self._dir_mode = stat.S_IFDIR | readable | readable >> 2
+        self._link_mode = stat.S_IFLNK | 0o777
+
+    @staticmethod
+    def _stat_template(source: os.stat_result | None) -> bytes:
+        """What every entry shares: one link, owner and times of the source file, block size."""
+        st = _STAT()
+        st.st_nlink = 1
+        st.st_uid = source.st_uid if source else os.getuid()
+        st.st_gid = source.st_gid if source else os.getgid()
+        st.st_blksize = BLOCK_SIZE
+        if source:
+            st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.st_atime_ns, 10**9)
+            st.st_mtimespec.tv_sec, st.st_mtimespec.tv_nsec = divmod(source.st_mtime_ns, 10**9)
+            st.st_ctimespec.tv_sec, st.st_ctimespec.tv_nsec = divmod(source.st_ctime_ns, 10**9)
+        return bytes(st)
+
+    # -- attributes and listings (raw C arguments, see CheckpointFUSE) ------------
+
+    def _fill(self, st: Any, node: Node) -> None:
+        """The entry's own attributes into a ``struct stat`` that already holds the template."""
+        st.st_ino = node.ino
+        kind = node.kind
+        if kind is Kind.DIR:
+            st.st_mode = self._dir_mode
+            st.st_size = st.st_blocks = 0
+            return
+        st.st_mode = self._link_mode if kind is Kind.LINK or kind is Kind.META_LINK else self._file_mode
+        size = node.size if node.size >= 0 else self._size(node)
+        st.st_size = size
+        st.st_blocks = (size + 511) >> 9
+
+    def _size(self, node: Node) -> int:
+        try:
+            return self.layout.size(node)
+        except Exception:
+            log.exception("%s: cannot compute its size", self.layout.path_of(node))
+            return 0
+
+    def _node(self, path: bytes) -> Node | None:
+        return self.layout.lookup(path.decode("utf-8", "surrogateescape"))
+
+    def getattr(self, path: bytes, buf: Any) -> int:
+        node = self._node(path)
+        if node is None:
+            return -errno.ENOENT
+        ctypes.memmove(buf, self._template, _STAT_SIZE)
+        self._fill(buf.contents, node)
+        return 0
+
+    def readdir(self, path: bytes, buf: Any, filler: Any, offset: int, flags: int) -> int:
+        """Entries from ``offset`` on, each with its attributes; stops when the kernel's buffer is full."""
+        directory = self._node(path)
+        if directory is None:
+            return -errno.ENOENT
+        if not isinstance(directory, Dir):
+            return -errno.ENOTDIR
+        listing = self.layout.listing(directory)
+        plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
+        st = _STAT.from_buffer_copy(self._template)
+        st_pointer = ctypes.pointer(st)
+        fill = self._fill
+        dots = ((b".", directory), (b"..", directory.parent or directory))
+        for position in range(offset, len(listing) + 2):
+            if position < 2:
+                name, node = dots[position]
+            else:
+                node = listing[position - 2]
+                name = node.name.encode("utf-8")
+            fill(st, node)
+            if filler(buf, name, st_pointer, position + 1, plus):
+                break
+        return 0
+
+    def readlink(self, path: str) -> str:
+        node = self.layout.lookup(path)
+        if node is None:
+            raise _FuseOSError(errno.ENOENT)
+        if node.kind is not Kind.LINK and node.kind is not Kind.META_LINK:
+            raise _FuseOSError(errno.EINVAL)
+        return self.layout.link_target(node)
+
+    # -- reading -------------------------------------------------------------------
+
+    def open(self, path: str, flags: int) -> int:
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            raise _FuseOSError(errno.EROFS)
+        node = self.layout.lookup(path)
+        if node is None:
+            raise _FuseOSError(errno.ENOENT)
+        if node.kind is Kind.DIR:
+            raise _FuseOSError(errno.EISDIR)
+        try:
+            opened = self._open(path, node)
+        except (CkptfsError, OSError) as exc:
+            log.error("%s: %s", path, exc)
+            raise _FuseOSError(errno.EIO) from None
+        handle = next(self._handles)
+        self._files[handle] = opened
+        return handle
+
+    def _open(self, path: str, node: Node) -> OpenFile:
+        if node.kind is not Kind.TENSOR:
+            data = self.layout.content(node)
+            return OpenFile(path, len(data), data=data)
+        tensor: Tensor = node.value
+        size = self.layout.size(node)
+        ranges = source_ranges(tensor) if size else None
+        if ranges is None or self._fd is None:
+            return OpenFile(path, size, tensor=tensor)
+        # One byte through the reader checks the storage's framing (legacy headers) like every slow read does.
+        self.checkpoint.read(tensor, 0, 1)
+        return OpenFile(path, size, fd=self._fd, start=ranges[0][0])
+
+    def read_buf(self, bufpp: Any, size: int, offset: int, handle: int) -> int:
+        opened = self._files.get(handle)
+        if opened is None:
+            return -errno.EBADF
+        count = min(size, opened.size - offset)
+        if count <= 0:
+            address = libfuse.memory_bufvec(b"")
+        elif opened.fd >= 0:
+            address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
+        elif opened.data is not None:
+            address = libfuse.memory_bufvec(opened.data[offset : offset + count])
+        else:
+            assert opened.tensor is not None
+            try:
+                data = self.checkpoint.read(opened.tensor, offset, count)
+            except Exception as exc:
+                log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
+                return -errno.EIO
+            address = libfuse.memory_bufvec(data)
+        ctypes.cast(bufpp, _VOID_PP)[0] = address
+        return 0
+
+    def release(self, path: str, handle: int) -> int:
+        self._files.pop(handle, None)
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        return {"f_bsize": STATFS_BLOCK, "f_frsize": STATFS_BLOCK,
+                "f_blocks": -(-self._source_size // STATFS_BLOCK), "f_bfree": 0, "f_bavail": 0,
+                "f_files": len(self.checkpoint.tensors), "f_ffree": 0, "f_namemax": 255}
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        config.use_ino = 1
+        config.kernel_cache = 1
+        config.entry_timeout = config.attr_timeout = config.negative_timeout = CACHE_TIMEOUT
+        conn.max_read = MAX_REQUEST
+        conn.max_readahead = MAX_REQUEST
+        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS
+        # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
+        conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
+        self.initialized = True
+        if self._on_init is not None:
+            self._on_init()
+
+    def _read_only(self, *args: Any) -> NoReturn:
+        raise _FuseOSError(errno.EROFS)
+
+    write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
+    chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
+
+
+class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
+    """mfusepy's FUSE, handing ``getattr``, ``readdir`` and ``read_buf`` their raw C arguments."""
+
+    def getattr_fuse_3(self, path: bytes, buf: Any, fip: Any) -> int:
+        try:
+            return self.operations.getattr(path, buf)
+        except Exception:
+            log.exception("getattr %r", path)
+            return -errno.EIO
+
+    def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
+        try:
+            return self.operations.readdir(path, buf, filler, offset, flags)
+        except Exception:
+            log.exception("readdir %r", path)
+            return -errno.EIO
+
+    def read_buf(self, path: bytes, bufpp: Any, size: int, offset: int, fip: Any) -> int:
+        return self.operations.read_buf(bufpp, size, offset, fip.contents.fh)
+
+
+def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, allow_other: bool = False,
+          multithreaded: bool = False, debug: bool = False) -> None:
+    """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount)."""
+    libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
+    options: dict[str, Any] = {
+        "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": True,
+        "default_permissions": True, "allow_other": allow_other, "max_read": MAX_REQUEST,
+        "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
+    }
+    try:
+        CheckpointFUSE(fs, mountpoint, raw_fi=False, encoding="utf-8", errors="surrogateescape", **options)
+    except RuntimeError as exc:
+        # libfuse ends its loop with status 8 when a signal stopped it, after unmounting: a clean end.
+        if not (fs.initialized and exc.args == (LOOP_ENDED_BY_SIGNAL,)):
+            raise MountError(f"libfuse could not mount {mountpoint} (status {exc})") from None

@@ -1,0 +1,31 @@
+"""Compact JSON text of many small values, fast: the C encoder ``json.dumps`` uses, made once.
+
+``json.dumps`` builds a new encoder on every call, which costs more than
+encoding a short list; this one is built at import. The text is the same as
+``json.dumps(value)`` gives (checked at import; the plain encoder is used if not).
+"""
+
+from __future__ import annotations
+
+import json
+from json import encoder as _encoder
+from typing import Any, Callable
+
+
+def _fast() -> Callable[[Any], str] | None:
+    if _encoder.c_make_encoder is None:
+        return None
+    try:
+        iterencode = _encoder.c_make_encoder(None, None, _encoder.encode_basestring_ascii, None, ": ", ", ",
+                                             False, False, True)
+    except TypeError:
+        return None
+
+    def dumps(value: Any) -> str:
+        return "".join(iterencode(value, 0))
+
+    probe = {"a": [1, 2.5, None, True, "é\x00"], "b": {"c": float("nan")}}
+    return dumps if dumps(probe) == json.dumps(probe) else None
+
+
+dumps: Callable[[Any], str] = _fast() or json.JSONEncoder().encode

@@ -1,0 +1,460 @@
+"""The mounted tree: entry names, directories with stable inode numbers, links, sidecars and the index.
+
+Pure — nothing here knows FUSE. ``fuse_ops`` serves what a ``Layout`` describes.
+
+What the mount shows
+--------------------
+* Every container of the checkpoint's object tree (dict, list, tuple, pickled
+  object such as a TorchScript module, sparse or nested tensor) is a directory.
+* Every tensor is a regular file holding its logical bytes in C order, with a
+  sidecar ``NAME.json`` next to it: its metadata as ``ckptfs info --json`` gives it.
+* Every other value is a small file: text and a newline for str, int, float,
+  bool and None (``3``, ``0.001``, ``True``, ``None``), the raw bytes for
+  bytes, JSON (``ckptfs info``'s ``$`` forms) for anything else.
+* An object met again (the same tensor or container reachable twice, or a
+  cycle) is shown once, at its first path in pickle order; every later
+  occurrence is a relative symlink to it (a tensor's sidecar too).
+* ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
+  API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
+  and every other entry (directories, values, links) with its keys and file.
+* A checkpoint whose root object is not a container (``torch.save(tensor)``)
+  shows that object as ``/%root``.
+
+Names
+-----
+An entry's name is made from its key, one name per key, reversibly:
+
+* int keys and list/tuple indices: decimal (``0``, ``17``, ``-3``).
+* str keys: the key itself, with these characters written as ``%XX`` for
+  each of their UTF-8 bytes: ``%``, ``/``, control characters (NUL, newline,
+  ESC …, DEL) and lone surrogates; and also
+    - a leading ``.``: ``.``, ``..`` and ``.hidden`` become ``%2E``, ``%2E.``, ``%2Ehidden``;
+    - the first character of a key that looks like an int: str ``'7'`` is
+      ``%37`` while int ``7`` is ``7``;
+    - the ``.`` of a reserved suffix ``.json``, ``.npy``, ``.safetensors``:
+      key ``config.json`` is ``config%2Ejson``.
+* any other key (``''``, bool, float, None, tuple, bytes …): ``%=`` and the
+  key's JSON (as in the index), escaped the same way: ``%=""``, ``%=true``,
+  ``%={"$tuple":[1,2]}``.
+* A name longer than 240 bytes keeps its first 200 bytes (never splitting a
+  ``%XX`` or a character) and ends with ``%~`` and 16 hex digits of the
+  SHA-256 of the whole name; the index holds its key.
+* Should two keys of one container still give one name (only a hand-made
+  pickle repeats a key), the later entries end with ``%#N``, N the position.
+
+Decoding: ``%~`` → see the index; strip ``%#N``; ``%=`` → JSON; digits with an
+optional ``-`` → int; otherwise percent-decode to str (``key_of_name``).
+
+Names beginning with ``.`` and names ending in a reserved suffix never come
+from keys, so ckptfs' own entries cannot collide with them: ``NAME.json``
+sidecars, ``/.ckptfs/``, and — reserved for views to come — ``NAME.npy`` next
+to each tensor and ``/model.safetensors``.
+
+Inode numbers are stable across mounts of the same file: each container gets
+a block of numbers in walk order, four per child (the entry, its sidecar and
+two for later views).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+import threading
+from typing import Any, Iterator
+
+from ckptfs.checkpoint import Checkpoint
+from ckptfs.describe import encode_key, encode_leaf
+from ckptfs.jsontext import dumps
+from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
+from ckptfs.sidecar import SidecarMaker
+from ckptfs.tree import children, is_container
+from ckptfs.unpickle import PickledObject
+
+META_SUFFIX = ".json"
+RESERVED_SUFFIXES = (".json", ".npy", ".safetensors")
+CONTROL_DIR = ".ckptfs"
+INDEX_NAME = "index.json"
+ROOT_VALUE_NAME = "%root"
+MAX_NAME_BYTES = 240
+CUT_NAME_BYTES = 200
+HASH_DIGITS = 16
+
+ROOT_INO = 1
+CONTROL_DIR_INO = 2
+INDEX_INO = 3
+FIRST_BLOCK_INO = 16
+SLOTS = 4
+"""Inode numbers per child: the entry, its sidecar, and two kept for later views."""
+
+_ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
+_ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
+_INT_LIKE = re.compile(r"-?[0-9]+")
+_NEEDS_ESCAPING = re.compile(
+    "|".join([_ESCAPED_CHARS, "^[.]", r"^-?[0-9]+\Z", *(re.escape(s) + r"\Z" for s in RESERVED_SUFFIXES)]))
+_DUPLICATE_SUFFIX = re.compile(r"%#[0-9]+\Z")
+_PERCENT_ESCAPE = re.compile("(?:%[0-9A-F]{2})+")
+
+
+class Kind(enum.Enum):
+    DIR = "dir"
+    TENSOR = "tensor"
+    META = "meta"
+    """A tensor's sidecar."""
+    VALUE = "value"
+    LINK = "link"
+    META_LINK = "meta_link"
+    """The sidecar of a linked tensor: a link to the sidecar of the tensor's file."""
+    INDEX = "index"
+
+
+class Node:
+    """One entry of the mounted tree."""
+
+    __slots__ = ("ino", "kind", "name", "parent", "key", "value", "size")
+
+    def __init__(self, ino: int, kind: Kind, name: str, parent: Dir | None, key: Key, value: Any) -> None:
+        self.ino = ino
+        self.kind = kind
+        self.name = name
+        self.parent = parent
+        self.key = key
+        self.value = value
+        """The container, tensor or value shown; for links the object linked to."""
+        self.size = -1
+        """Cached size in bytes, -1 until asked."""
+
+
+class Dir(Node):
+    """A directory; its entries are made the first time they are asked for."""
+
+    __slots__ = ("entries", "listing", "children")
+
+    def __init__(self, ino: int, name: str, parent: Dir | None, key: Key, value: Any) -> None:
+        super().__init__(ino, Kind.DIR, name, parent, key, value)
+        self.entries: dict[str, Node] | None = None
+        self.listing: list[Node] = []
+        """Entries in readdir order: each child, followed by its sidecar if it is a tensor."""
+        self.children: list[Node] = []
+        """One node per child of the container, by position."""
+
+
+def entry_name(key: Key) -> str:
+    """The file name of the child with this key (rules in the module docstring), before de-duplication."""
+    if type(key) is int:
+        name = str(key)
+    elif type(key) is str and key:
+        name = _escape_str(key) if _NEEDS_ESCAPING.search(key) else key
+    else:
+        name = "%=" + _escape_chars(json.dumps(encode_key(key), ensure_ascii=False, separators=(",", ":")))
+    return _shorten(name) if len(name) > MAX_NAME_BYTES // 4 else name
+
+
+def key_of_name(name: str) -> Any:
+    """The key an entry name stands for, as the index writes keys (JSON); ValueError for shortened names."""
+    if "%~" in name:
+        raise ValueError(f"{name!r} is shortened; its key is in {CONTROL_DIR}/{INDEX_NAME}")
+    name = _DUPLICATE_SUFFIX.sub("", name)
+    if name.startswith("%="):
+        return json.loads(_unescape(name[2:]))
+    return encode_key(int(name) if _INT_LIKE.fullmatch(name) else _unescape(name))
+
+
+def _percent(char: str) -> str:
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+
+
+def _escape_chars(text: str) -> str:
+    return _ESCAPED_CHAR.sub(lambda m: _percent(m.group()), text)
+
+
+def _escape_str(key: str) -> str:
+    parts = [_percent(c) if _ESCAPED_CHAR.match(c) else c for c in key]
+    if key[0] == "." or _INT_LIKE.fullmatch(key):
+        parts[0] = _percent(key[0])
+    for suffix in RESERVED_SUFFIXES:
+        if key.endswith(suffix):
+            parts[len(key) - len(suffix)] = "%2E"
+            break
+    return "".join(parts)
+
+
+def _unescape(name: str) -> str:
+    def decode(match: re.Match[str]) -> str:
+        return bytes.fromhex(match.group().replace("%", "")).decode("utf-8", "surrogatepass")
+
+    return _PERCENT_ESCAPE.sub(decode, name)
+
+
+def _shorten(name: str) -> str:
+    raw = name.encode("utf-8")
+    if len(raw) <= MAX_NAME_BYTES:
+        return name
+    cut = raw[:CUT_NAME_BYTES].decode("utf-8", "ignore")
+    percent = cut.find("%", len(cut) - 2)
+    if percent >= 0:
+        cut = cut[:percent]
+    return f"{cut}%~{hashlib.sha256(raw).hexdigest()[:HASH_DIGITS]}"
+
+
+def value_bytes(value: Any) -> bytes:
+    """The contents of the file showing a non-tensor, non-container value."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        text = value
+    elif value is None or isinstance(value, (bool, int, float)):
+        try:
+            text = repr(value)
+        except ValueError:  # an int beyond Python's decimal conversion limit
+            text = hex(value)
+    else:
+        text = json.dumps(encode_leaf(value), ensure_ascii=False)
+    return (text + "\n").encode("utf-8", "surrogatepass")
+
+
+def _container_kind(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {"kind": "dict"}
+    if isinstance(value, list):
+        return {"kind": "list"}
+    if isinstance(value, tuple):
+        return {"kind": "tuple"}
+    if isinstance(value, SparseTensor):
+        return {"kind": "sparse", "layout": value.layout, "size": list(value.size)}
+    if isinstance(value, NestedTensor):
+        return {"kind": "nested"}
+    assert isinstance(value, PickledObject)
+    return {"kind": "object", "class": value.class_name}
+
+
+class Layout:
+    """The directory tree of one checkpoint, built lazily, a directory at a time."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
+        root = checkpoint.root
+        self._boxed = not is_container(root)
+        top = [root] if self._boxed else root
+        self._kids: dict[int, list[tuple[Key, Any]]] = {}
+        self._home: dict[int, tuple[Any, int]] = {}
+        self._block: dict[int, int] = {}
+        self._walk(top)
+        self.root = Dir(ROOT_INO, "", None, None, top)
+        self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
+        index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)
+        self.control.entries = {INDEX_NAME: index}
+        self.control.listing = [index]
+        self._lock = threading.RLock()
+        self._index: bytes | None = None
+        self._sidecar = SidecarMaker()
+
+    def _walk(self, top: Any) -> None:
+        """Finds each shared object's first place and gives each container its inode block.
+
+        Pre-order, children in pickle order, like ``tree.walk``: the first place
+        found is the path ``Checkpoint`` gives the tensor.
+        """
+        next_block = FIRST_BLOCK_INO
+        stack: list[tuple[Any, Any, int]] = [(top, None, -1)]
+        home, kids, block = self._home, self._kids, self._block
+        while stack:
+            value, parent, index = stack.pop()
+            if id(value) in home:
+                continue
+            home[id(value)] = (parent, index)
+            if not is_container(value):
+                continue
+            pairs = children(value)
+            kids[id(value)] = pairs
+            block[id(value)] = next_block
+            next_block += SLOTS * len(pairs)
+            for position in range(len(pairs) - 1, -1, -1):
+                child = pairs[position][1]
+                if (isinstance(child, Tensor) or is_container(child)) and id(child) not in home:
+                    stack.append((child, value, position))
+
+    # -- navigation ------------------------------------------------------------
+
+    def lookup(self, path: str) -> Node | None:
+        """The node at an absolute path inside the mount (``/`` is the root), or None."""
+        node: Node = self.root
+        if path == "/":
+            return node
+        for name in path[1:].split("/"):
+            if not isinstance(node, Dir):
+                return None
+            found = self.entries(node).get(name)
+            if found is None:
+                return None
+            node = found
+        return node
+
+    def entries(self, directory: Dir) -> dict[str, Node]:
+        if directory.entries is None:
+            with self._lock:
+                if directory.entries is None:
+                    self._build(directory)
+        assert directory.entries is not None
+        return directory.entries
+
+    def listing(self, directory: Dir) -> list[Node]:
+        self.entries(directory)
+        return directory.listing
+
+    def _build(self, directory: Dir) -> None:
+        container = directory.value
+        pairs = self._kids[id(container)]
+        base = self._block[id(container)]
+        entries: dict[str, Node] = {}
+        listing: list[Node] = []
+        kids: list[Node] = []
+        if directory is self.root:
+            entries[CONTROL_DIR] = self.control
+            listing.append(self.control)
+        for position, (key, child) in enumerate(pairs):
+            name = ROOT_VALUE_NAME if self._boxed else entry_name(key)
+            if name in entries:
+                name = f"{name}%#{position}"
+            node = self._node(directory, position, key, child, name, base + SLOTS * position)
+            entries[name] = node
+            listing.append(node)
+            kids.append(node)
+            if isinstance(child, Tensor):
+                kind = Kind.META if node.kind is Kind.TENSOR else Kind.META_LINK
+                meta = Node(node.ino + 1, kind, name + META_SUFFIX, directory, key, child)
+                entries[meta.name] = meta
+                listing.append(meta)
+        directory.listing = listing
+        directory.children = kids
+        directory.entries = entries
+
+    def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
+        if not (isinstance(child, Tensor) or is_container(child)):
+            return Node(ino, Kind.VALUE, name, directory, key, child)
+        parent, index = self._home[id(child)]
+        if parent is not directory.value or index != position:
+            return Node(ino, Kind.LINK, name, directory, key, child)
+        if isinstance(child, Tensor):
+            return Node(ino, Kind.TENSOR, name, directory, key, child)
+        return Dir(ino, name, directory, key, child)
+
+    def node_of(self, value: Any) -> Node:
+        """The node showing a tensor or container at its first place."""
+        positions: list[int] = []
+        while value is not self.root.value:
+            value, index = self._home[id(value)]
+            positions.append(index)
+        node: Node = self.root
+        for index in reversed(positions):
+            assert isinstance(node, Dir)
+            self.entries(node)
+            node = node.children[index]
+        return node
+
+    def path_of(self, node: Node) -> str:
+        """The node's path relative to the mount root (``.`` for the root)."""
+        names: list[str] = []
+        while node.parent is not None:
+            names.append(node.name)
+            node = node.parent
+        return "/".join(reversed(names)) or "."
+
+    def link_target(self, node: Node) -> str:
+        target = self.node_of(node.value)
+        here = _ancestry(node.parent)
+        there = _ancestry(target)
+        common = 0
+        while common < min(len(here), len(there)) and here[common] is there[common]:
+            common += 1
+        parts = [".."] * (len(here) - common) + [n.name for n in there[common:]]
+        path = "/".join(parts) or "."
+        return path + META_SUFFIX if node.kind is Kind.META_LINK else path
+
+    # -- contents ----------------------------------------------------------------
+
+    def size(self, node: Node) -> int:
+        if node.size < 0:
+            node.size = self._size(node)
+        return node.size
+
+    def _size(self, node: Node) -> int:
+        kind = node.kind
+        if kind is Kind.TENSOR:
+            tensor: Tensor = node.value
+            return tensor.nbytes if tensor.has_data else 0
+        if kind is Kind.DIR:
+            return 0
+        if kind is Kind.LINK or kind is Kind.META_LINK:
+            return len(self.link_target(node).encode("utf-8"))
+        return len(self.content(node))
+
+    def content(self, node: Node) -> bytes:
+        """The bytes of a sidecar, value or index file."""
+        if node.kind is Kind.META:
+            return self._sidecar(node.value)
+        if node.kind is Kind.VALUE:
+            return value_bytes(node.value)
+        if node.kind is Kind.INDEX:
+            return self.index_bytes()
+        raise ValueError(f"{node.kind.value} entries have no generated content")
+
+    def index_bytes(self) -> bytes:
+        with self._lock:
+            if self._index is None:
+                self._index = self._make_index()
+            return self._index
+
+    def _make_index(self) -> bytes:
+        """One pass over the whole tree: tensors (in pickle order) and every other entry, a JSON object a line."""
+        ck = self.checkpoint
+        head = {"ckptfs_index": 1, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
+                "tensor_count": len(ck.tensors)}
+        # Lines go straight into two buffers (tensors, other entries): no list of lines, no text copy.
+        tensors, entries = bytearray(), bytearray()
+        if not self._boxed:
+            entries += _line({"file": ".", "path": [], **_container_kind(self.root.value)})
+        stack: list[tuple[Iterator[Node], str, tuple[Key, ...]]] = [(iter(self.listing(self.root)), "", ())]
+        while stack:
+            nodes, prefix, keys = stack[-1]
+            node = next(nodes, None)
+            if node is None:
+                stack.pop()
+                continue
+            kind = node.kind
+            if kind is Kind.META or kind is Kind.META_LINK or node is self.control:
+                continue
+            file = prefix + node.name
+            if kind is Kind.TENSOR:
+                tensor: Tensor = node.value
+                tensors += _line({"path": [encode_key(k) for k in tensor.path], "file": file,
+                                  "sidecar": file + META_SUFFIX, "dtype": tensor.dtype.name,
+                                  "shape": list(tensor.shape), "nbytes": tensor.nbytes})
+                continue
+            path = keys if self._boxed and node.parent is self.root else keys + (node.key,)
+            entry: dict[str, Any] = {"file": file, "path": [encode_key(k) for k in path]}
+            if isinstance(node, Dir):
+                entry.update(_container_kind(node.value))
+                stack.append((iter(self.listing(node)), file + "/", path))
+            elif kind is Kind.LINK:
+                entry.update(kind="link", target=self.path_of(self.node_of(node.value)))
+            else:
+                entry.update(kind="value", value=encode_leaf(node.value))
+            entries += _line(entry)
+        return b"".join([dumps(head)[:-1].encode(), b',\n"tensors": [\n', memoryview(tensors)[:-2],
+                         b'\n],\n"entries": [\n', memoryview(entries)[:-2], b"\n]}\n"])
+
+
+def _line(item: dict[str, Any]) -> bytes:
+    return dumps(item).encode() + b",\n"
+
+
+def _ancestry(node: Node | None) -> list[Node]:
+    """The nodes from the root down to ``node``, both included."""
+    chain: list[Node] = []
+    while node is not None:
+        chain.append(node)
+        node = node.parent
+    chain.reverse()
+    return chain

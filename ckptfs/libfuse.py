@@ -1,0 +1,119 @@
+"""libfuse3 through mfusepy, and the C pieces mfusepy does not get right.
+
+mfusepy picks libfuse2 when both libraries are installed; ckptfs needs libfuse3
+(requests up to 1 MiB, reads answered from a file descriptor), so it names the
+library before mfusepy is first imported.
+
+mfusepy 3.1.1 declares ``fuse_bufvec.buf`` as a pointer; in
+``fuse_common.h`` it is an array of one ``fuse_buf`` inside the struct, so
+``FuseBuf``/``FuseBufvec`` here follow the header. libfuse frees the bufvec
+(and any memory buffer in it) with ``free``, so both come from libc's malloc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from types import ModuleType
+
+from ckptfs.errors import MountError
+
+LIBFUSE3 = "libfuse3.so.3"
+INSTALL_HINT = "install fuse3 (Debian/Ubuntu: apt-get install fuse3)"
+
+FUSE_BUF_IS_FD = 1 << 1
+FUSE_BUF_FD_SEEK = 1 << 2
+
+FUSE_CAP_READDIRPLUS = 1 << 13
+FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
+FUSE_CAP_CACHE_SYMLINKS = 1 << 23
+
+FUSE_READDIR_PLUS = 1 << 0
+FUSE_FILL_DIR_PLUS = 1 << 1
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+
+
+def load_mfusepy() -> ModuleType:
+    """mfusepy bound to libfuse3; MountError saying how to install it when it is missing."""
+    os.environ.setdefault("FUSE_LIBRARY_PATH", LIBFUSE3)
+    try:
+        import mfusepy
+    except (OSError, AttributeError) as exc:
+        raise MountError(f"FUSE is not available: cannot load {LIBFUSE3} ({exc}); {INSTALL_HINT}") from None
+    if mfusepy.fuse_version_major != 3:
+        raise MountError(f"FUSE is not available: {os.environ['FUSE_LIBRARY_PATH']} is libfuse "
+                         f"{mfusepy.fuse_version_major}, ckptfs needs libfuse3; {INSTALL_HINT}")
+    return mfusepy
+
+
+class FuseBuf(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+        ("mem", ctypes.c_void_p),
+        ("fd", ctypes.c_int),
+        ("pos", ctypes.c_int64),
+    ]
+
+
+class FuseBufvec(ctypes.Structure):
+    _fields_ = [
+        ("count", ctypes.c_size_t),
+        ("idx", ctypes.c_size_t),
+        ("off", ctypes.c_size_t),
+        ("buf", FuseBuf * 1),
+    ]
+
+
+_BUFVEC = struct.Struct("=QQQQi4xQi4xq")
+"""A one-buffer ``FuseBufvec`` packed in one call: count, idx, off, then size, flags, mem, fd, pos."""
+assert _BUFVEC.size == ctypes.sizeof(FuseBufvec)
+assert FuseBufvec.buf.offset + FuseBuf.pos.offset == _BUFVEC.size - 8
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_malloc = _libc.malloc
+_malloc.restype = ctypes.c_void_p
+_malloc.argtypes = [ctypes.c_size_t]
+_free = _libc.free
+_free.restype = None
+_free.argtypes = [ctypes.c_void_p]
+_mallopt = _libc.mallopt
+_mallopt.restype = ctypes.c_int
+_mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+_memmove = ctypes.memmove
+
+
+def keep_large_buffers_on_heap(mmap_threshold: int, trim_threshold: int) -> None:
+    """Pins glibc's malloc to the heap so each request's ~1 MiB buffers reuse warm pages.
+
+    By default every allocation above 128 KiB is a fresh mmap, and freeing the
+    top of the heap gives it back to the kernel; either way the pages fault in
+    again on the next request, and libfuse allocates a reply buffer per read.
+    """
+    _mallopt(M_MMAP_THRESHOLD, mmap_threshold)
+    _mallopt(M_TRIM_THRESHOLD, trim_threshold)
+
+
+def fd_bufvec(fd: int, pos: int, size: int) -> int:
+    """A malloc'ed bufvec telling libfuse to read ``size`` bytes of ``fd`` at ``pos`` itself."""
+    address = _malloc(_BUFVEC.size)
+    if not address:
+        raise MemoryError("malloc failed for a fuse_bufvec")
+    _memmove(address, _BUFVEC.pack(1, 0, 0, size, FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK, 0, fd, pos), _BUFVEC.size)
+    return address
+
+
+def memory_bufvec(data: bytes) -> int:
+    """A malloc'ed bufvec holding a malloc'ed copy of ``data``."""
+    address = _malloc(_BUFVEC.size)
+    memory = _malloc(len(data) or 1)
+    if not address or not memory:
+        _free(address)
+        _free(memory)
+        raise MemoryError("malloc failed for a fuse_bufvec")
+    _memmove(memory, data, len(data))
+    _memmove(address, _BUFVEC.pack(1, 0, 0, len(data), 0, memory, -1, 0), _BUFVEC.size)
+    return address

@@ -1,0 +1,44 @@
+"""Real mounts through the CLI. Every mount a test makes is taken down afterwards, even when it fails.
+
+The tests here need /dev/fuse; without it they are skipped, or fail when
+CKPTFS_REQUIRE_FUSE=1 (as in CI).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from corpus import CorpusFile
+from mount.helpers import Mounter
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fuse_device() -> None:
+    if os.path.exists("/dev/fuse"):
+        return
+    if os.environ.get("CKPTFS_REQUIRE_FUSE") == "1":
+        pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing: the mount tests cannot run")
+    pytest.skip("/dev/fuse is missing")
+
+
+@pytest.fixture
+def mounter(tmp_path: Path) -> Iterator[Mounter]:
+    mounts = Mounter(tmp_path / "mnt")
+    try:
+        yield mounts
+    finally:
+        mounts.cleanup()
+
+
+@pytest.fixture(scope="session")
+def corpus_mounts(corpus: dict[str, CorpusFile], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Every corpus file mounted once for the session."""
+    mounts = Mounter(tmp_path_factory.mktemp("corpus-mounts"))
+    try:
+        yield {name: mounts(entry.path) for name, entry in corpus.items()}
+    finally:
+        mounts.cleanup()

@@ -1,0 +1,124 @@
+"""What a real mount shows: names, sidecars, the index, values, links, attributes; find and ls terminate."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import ckptfs
+from ckptfs.describe import encode_key, tensor_metadata
+from ckptfs.layout import entry_name
+from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
+from mount.helpers import Mounter
+from test_layout import dag_bomb
+
+pytestmark = pytest.mark.mount
+
+AWKWARD_KEYS: list[object] = ["a/b", ".", "..", "", ".hidden", "w", "w.json", "7", 7, "x" * 300, "é/ü", "\n",
+                              "model.safetensors", "100%"]
+
+
+def walk_files(mnt: Path) -> set[str]:
+    out = subprocess.run(["find", str(mnt)], capture_output=True, text=True, check=True, timeout=60).stdout
+    return {line[len(str(mnt)) + 1 :] for line in out.splitlines()[1:]}
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_find_and_ls_list_every_tensor(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path],
+                                       name: str) -> None:
+    mnt = corpus_mounts[name]
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    listed = walk_files(mnt)
+    files = [t["file"] for t in index["tensors"]]
+    assert len(files) == len({id(t) for t in corpus[name].expected.tensors.values()})
+    assert set(files) <= listed and {t["sidecar"] for t in index["tensors"]} <= listed
+    ls = subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert {os.path.basename(f) for f in files} <= {line.split(None, 8)[-1] for line in ls.splitlines() if line.count(" ") >= 8}
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_sidecars_and_index(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path], name: str) -> None:
+    mnt = corpus_mounts[name]
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    with ckptfs.open(corpus[name].path) as ck:
+        assert [t["path"] for t in index["tensors"]] == [[encode_key(k) for k in t.path] for t in ck.tensors]
+        for listed, tensor in zip(index["tensors"], ck.tensors):
+            assert json.loads((mnt / listed["sidecar"]).read_text()) == json.loads(
+                json.dumps(tensor_metadata(tensor)))
+            assert (mnt / listed["file"]).stat().st_size == tensor.nbytes
+    for entry in index["entries"]:
+        target = mnt / entry["file"]
+        if entry["kind"] == "value":
+            assert target.is_file() and not target.is_symlink()
+        elif entry["kind"] == "link":
+            assert target.is_symlink() and target.resolve() == (mnt / entry["target"]).resolve()
+        else:
+            assert target.is_dir() and not target.is_symlink()
+
+
+def test_values_links_and_awkward_keys(tmp_path: Path, mounter: Mounter) -> None:
+    shared = torch.arange(5, dtype=torch.int16)
+    tensors = {key: torch.full((2,), float(i)) for i, key in enumerate(AWKWARD_KEYS)}
+    obj = {"epoch": 3, "lr": 0.001, "name": "run/1", "flag": None, "keys": tensors, "a": shared, "b": shared,
+           "nested": {"again": shared}, "blob": b"\x00\xff"}
+    for path in (save_zip(obj, tmp_path / "z.pt"), save_legacy(obj, tmp_path / "l.pt")):
+        mnt = mounter(path)
+        assert subprocess.run(["cat", str(mnt / "epoch")], capture_output=True, check=True).stdout == b"3\n"
+        assert (mnt / "lr").read_text() == "0.001\n" and (mnt / "name").read_text() == "run/1\n"
+        assert (mnt / "flag").read_text() == "None\n" and (mnt / "blob").read_bytes() == b"\x00\xff"
+        assert os.readlink(mnt / "b") == "a" and os.readlink(mnt / "nested" / "again") == "../a"
+        assert os.readlink(mnt / "b.json") == "a.json"
+        assert (mnt / "b").read_bytes() == torch_bytes(shared)
+        names = os.listdir(mnt / "keys")
+        assert len(names) == 2 * len(AWKWARD_KEYS)
+        index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+        files = {tuple(t["path"]): t["file"] for t in index["tensors"]}
+        for key, t in tensors.items():
+            file = files[("keys", encode_key(key))]
+            assert file == "keys/" + entry_name(key)
+            assert (mnt / file).read_bytes() == torch_bytes(t)
+
+
+def test_shared_reference_bomb(tmp_path: Path, mounter: Mounter) -> None:
+    mnt = mounter(write_raw_archive(tmp_path / "bomb.pt", dag_bomb(40), {"data/0": b"\0" * 8}))
+    listed = walk_files(mnt)
+    assert "/".join(["0"] * 41) in listed and len(listed) < 200
+    subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, check=True, timeout=60)
+    subprocess.run(["du", "-s", str(mnt)], capture_output=True, check=True, timeout=60)
+
+
+def test_attributes_follow_the_source(tmp_path: Path, mounter: Mounter) -> None:
+    source = save_zip({"m": {"w": torch.ones(3, 4)}, "step": 7}, tmp_path / "s.pt")
+    os.chmod(source, 0o640)
+    os.utime(source, ns=(1_600_000_000_123_456_789, 1_700_000_000_987_654_321))
+    src = os.stat(source)
+    mnt = mounter(source)
+    for path, mode in ((mnt, 0o550), (mnt / "m", 0o550), (mnt / "m" / "w", 0o440), (mnt / "m" / "w.json", 0o440),
+                       (mnt / "step", 0o440), (mnt / ".ckptfs" / "index.json", 0o440)):
+        st = os.stat(path)
+        assert stat.S_IMODE(st.st_mode) == mode, path
+        assert (st.st_uid, st.st_gid) == (src.st_uid, src.st_gid)
+        assert (st.st_mtime_ns, st.st_ctime_ns) == (src.st_mtime_ns, src.st_ctime_ns)
+    st = os.stat(mnt / "m" / "w")
+    assert st.st_size == 48 and st.st_blksize == 1 << 20 and st.st_nlink == 1
+
+
+def inode_numbers(mnt: Path) -> dict[str, int]:
+    found = {}
+    for directory, dirs, files in os.walk(mnt):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            found[os.path.relpath(path, mnt)] = os.lstat(path).st_ino
+    return found
+
+
+def test_inode_numbers_are_stable(corpus: dict[str, CorpusFile], mounter: Mounter) -> None:
+    first = inode_numbers(mounter(corpus["r1_views_containers"].path))
+    assert len(set(first.values())) == len(first)
+    assert inode_numbers(mounter(corpus["r1_views_containers"].path)) == first

@@ -1,0 +1,295 @@
+"""The mounted tree without FUSE: names, shared objects, inode numbers, sidecars and the index."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ckptfs
+from ckptfs.describe import encode_key, tensor_metadata
+from ckptfs.layout import (
+    CONTROL_DIR,
+    INDEX_NAME,
+    MAX_NAME_BYTES,
+    META_SUFFIX,
+    RESERVED_SUFFIXES,
+    ROOT_VALUE_NAME,
+    Dir,
+    Kind,
+    Layout,
+    Node,
+    entry_name,
+    key_of_name,
+    value_bytes,
+)
+from ckptfs.model import Storage, Tensor
+from ckptfs.sidecar import SidecarMaker
+from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
+from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
+
+_keys = st.one_of(
+    st.text(), st.integers(), st.binary(max_size=8), st.booleans(), st.none(),
+    st.floats(allow_nan=False), st.tuples(st.integers(), st.text(max_size=3)),
+    st.text(alphabet="./%-0123456789jsonpy", max_size=12),
+)
+
+
+@given(_keys)
+def test_names_are_legal_and_decode_to_their_key(key: Any) -> None:
+    name = entry_name(key)
+    raw = name.encode("utf-8")
+    assert 0 < len(raw) <= MAX_NAME_BYTES and len(raw + META_SUFFIX.encode()) <= 255
+    assert "/" not in name and "\0" not in name and not name.startswith(".")
+    assert not name.endswith(RESERVED_SUFFIXES)
+    assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    if "%~" not in name:
+        assert key_of_name(name) == encode_key(key)
+
+
+@given(st.lists(_keys, max_size=8))
+def test_keys_of_one_dict_get_distinct_names(keys: list[Any]) -> None:
+    distinct = dict.fromkeys(keys)
+    assert len({entry_name(k) for k in distinct}) == len(distinct)
+
+
+@pytest.mark.parametrize("key, name", [
+    ("weight", "weight"), (7, "7"), ("7", "%37"), (-3, "-3"), ("-3", "%2D3"), ("a/b", "a%2Fb"),
+    (".", "%2E"), ("..", "%2E."), (".hidden", "%2Ehidden"), ("", '%=""'), ("x\0y", "x%00y"),
+    ("w.json", "w%2Ejson"), ("w.npy", "w%2Enpy"), ("model.safetensors", "model%2Esafetensors"),
+    ("100%", "100%25"), ("é", "é"), ("\n", "%0A"), (True, "%=true"), (None, "%=null"), (1.5, "%=1.5"),
+    ((1, "a"), '%={"$tuple":[1,"a"]}'), (b"\xff", '%={"$bytes":"/w=="}'.replace("/", "%2F")),
+])
+def test_documented_names(key: Any, name: str) -> None:
+    assert entry_name(key) == name
+
+
+def test_long_names_are_cut_and_hashed() -> None:
+    a, b = "x" * 300 + "a", "x" * 300 + "b"
+    assert entry_name(a) != entry_name(b)
+    assert entry_name(a).startswith("x" * 200 + "%~") and len(entry_name(a)) == 218
+    cut_in_escape = entry_name("y" * 199 + "/" * 50)
+    assert cut_in_escape.startswith("y" * 199 + "%~")
+    with pytest.raises(ValueError, match="index"):
+        key_of_name(entry_name(a))
+
+
+def test_value_files() -> None:
+    assert value_bytes(3) == b"3\n"
+    assert value_bytes(0.001) == b"0.001\n"
+    assert value_bytes(math.inf) == b"inf\n"
+    assert value_bytes(True) == b"True\n"
+    assert value_bytes(None) == b"None\n"
+    assert value_bytes("run/1") == b"run/1\n"
+    assert value_bytes(b"\x00\xff") == b"\x00\xff"
+    assert json.loads(value_bytes(1 + 2j)) == {"$complex": [1.0, 2.0]}
+
+
+def _names(layout: Layout, directory: Dir) -> list[str]:
+    return [n.name for n in layout.listing(directory)]
+
+
+def test_tree_names_links_and_sidecars(tmp_path: Path) -> None:
+    base = torch.arange(6.0).reshape(2, 3)
+    shared = {"deep": base}
+    path = save_zip({"a": shared, "b": shared, "w": base, "w.json": 1, 7: "int", "7": "str", "epoch": 3},
+                    tmp_path / "t.pt")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w%2Ejson", "7", "%37",
+                                               "epoch"]
+        b = layout.lookup("/b")
+        assert b is not None and b.kind is Kind.LINK and layout.link_target(b) == "a"
+        w = layout.lookup("/w")
+        assert w is not None and w.kind is Kind.LINK and layout.link_target(w) == "a/deep"
+        meta_link = layout.lookup("/w.json")
+        assert meta_link is not None and layout.link_target(meta_link) == "a/deep.json"
+        deep = layout.lookup("/a/deep")
+        assert deep is not None and deep.kind is Kind.TENSOR and layout.size(deep) == 24
+        sidecar = layout.lookup("/a/deep.json")
+        assert sidecar is not None and json.loads(layout.content(sidecar)) == tensor_metadata(ck.tensors[0])
+        assert layout.content(layout.lookup("/epoch")) == b"3\n"  # type: ignore[arg-type]
+        assert layout.lookup("/a/deep/x") is None and layout.lookup("/nothing") is None
+
+
+def test_inode_numbers_are_unique_and_stable(tmp_path: Path) -> None:
+    path = save_zip({"m": {"w": torch.ones(2), "l": [torch.zeros(1), 3]}, "x": "y"}, tmp_path / "t.pt")
+
+    def inodes() -> dict[str, int]:
+        with ckptfs.open(path) as ck:
+            layout = Layout(ck)
+            found: dict[str, int] = {}
+            stack: list[Node] = [layout.root]
+            while stack:
+                node = stack.pop()
+                found[layout.path_of(node)] = node.ino
+                if isinstance(node, Dir):
+                    stack.extend(reversed(layout.listing(node)))
+            return found
+
+    first = inodes()
+    assert len(set(first.values())) == len(first)
+    assert inodes() == first
+
+
+def dag_bomb(levels: int) -> bytes:
+    """A list ``x = [x, x]`` nested ``levels`` deep over a list holding one tensor: 2**levels tensor paths."""
+    body = MARK + tensor_v2(storage_pid("FloatStorage", "0", 2), i(0), ints(2), ints(1)) + LIST + put(0) + POP
+    for level in range(1, levels + 1):
+        body += MARK + get(level - 1) + get(level - 1) + LIST + put(level) + (POP if level < levels else b"")
+    return pickle(body)
+
+
+def test_shared_reference_bomb_is_small(tmp_path: Path) -> None:
+    path = write_raw_archive(tmp_path / "bomb.pt", dag_bomb(40), {"data/0": b"\0" * 8})
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        count, stack = 0, [layout.root]
+        while stack:
+            node = stack.pop()
+            count += 1
+            if isinstance(node, Dir):
+                stack.extend(layout.listing(node))
+        assert count < 100
+        one = layout.lookup("/1")
+        assert one is not None and one.kind is Kind.LINK and layout.link_target(one) == "0"
+        deep = "/" + "/".join(["0"] * 40)
+        tensor = layout.lookup(deep + "/0")
+        assert tensor is not None and tensor.kind is Kind.TENSOR
+        index = json.loads(layout.index_bytes())
+        assert [t["file"] for t in index["tensors"]] == [deep[1:] + "/0"]
+
+
+def test_cycle_links_to_an_ancestor(tmp_path: Path) -> None:
+    # root = [inner, inner] with inner = [root]
+    path = write_raw_archive(tmp_path / "cycle.pt", b"\x80\x02]q\x00(]q\x01h\x00ah\x01e.")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        up = layout.lookup("/0/0")
+        assert up is not None and up.kind is Kind.LINK and layout.link_target(up) == ".."
+        again = layout.lookup("/1")
+        assert again is not None and layout.link_target(again) == "0"
+    path = write_raw_archive(tmp_path / "self.pt", b"\x80\x02]q\x00h\x00a.")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        itself = layout.lookup("/0")
+        assert itself is not None and layout.link_target(itself) == "."
+
+
+def test_root_that_is_a_tensor(tmp_path: Path) -> None:
+    path = save_zip(torch.arange(4, dtype=torch.int32), tmp_path / "t.pt")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + META_SUFFIX]
+        index = json.loads(layout.index_bytes())
+        assert index["tensors"][0]["path"] == [] and index["tensors"][0]["file"] == ROOT_VALUE_NAME
+        assert index["entries"] == []
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name: str) -> None:
+    with ckptfs.open(corpus[name].path) as ck:
+        layout = Layout(ck)
+        index = json.loads(layout.index_bytes())
+        assert index["tensor_count"] == len(ck.tensors) == len(index["tensors"])
+        for tensor, listed in zip(ck.tensors, index["tensors"]):
+            assert listed["path"] == [encode_key(k) for k in tensor.path]
+            node = layout.lookup("/" + listed["file"])
+            assert node is not None and node.value is tensor and node.kind is Kind.TENSOR
+            assert layout.lookup("/" + listed["sidecar"]) is not None
+        for entry in index["entries"]:
+            node = layout.lookup("/" + entry["file"]) if entry["file"] != "." else layout.root
+            assert node is not None
+            if entry["kind"] == "value":
+                assert json.loads(json.dumps(entry["value"])) == entry["value"]
+            elif entry["kind"] == "link":
+                assert node.kind is Kind.LINK
+                assert layout.lookup("/" + entry["target"]) is layout.node_of(node.value)
+        assert layout.lookup(f"/{CONTROL_DIR}/{INDEX_NAME}") is not None
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_sidecars_are_tensor_metadata(corpus: dict[str, CorpusFile], name: str) -> None:
+    with ckptfs.open(corpus[name].path) as ck:
+        make = SidecarMaker()
+        for tensor in ck.tensors * 2:
+            assert make(tensor) == (json.dumps(tensor_metadata(tensor)) + "\n").encode()
+
+
+def test_sidecar_families_know_every_field() -> None:
+    """SidecarMaker groups tensors by what their metadata holds: a new field must be placed in or out."""
+    assert [f.name for f in dataclasses.fields(Tensor)] == [
+        "dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind",
+        "conj", "neg", "quantization", "type_name", "path"]
+    assert [f.name for f in dataclasses.fields(Storage)] == [
+        "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed",
+        "inline_data", "base", "base_offset"]
+
+
+_awkward_keys = st.one_of(st.text(max_size=5), st.sampled_from(["", ".", "..", "a/b", "x.json", "7", ".h"]),
+                          st.integers(-3, 20))
+_shapes = st.recursive(
+    st.sampled_from(["tensor", "shared", "leaf"]),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_awkward_keys, inner, max_size=4),
+    max_leaves=10,
+)
+
+
+def _materialize(shape: Any, shared: torch.Tensor, counter: list[int]) -> Any:
+    if shape == "tensor":
+        counter[0] += 1
+        return torch.full((2,), float(counter[0]))
+    if shape == "shared":
+        return shared
+    if shape == "leaf":
+        return counter[0]
+    if isinstance(shape, dict):
+        return {k: _materialize(v, shared, counter) for k, v in shape.items()}
+    return type(shape)(_materialize(v, shared, counter) for v in shape)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.dictionaries(_awkward_keys, _shapes, min_size=1, max_size=5))
+def test_random_trees(tmp_path: Path, shape: dict[Any, Any]) -> None:
+    obj = _materialize(shape, torch.arange(3), [0])
+    with ckptfs.open(save_zip(obj, tmp_path / "random.pt")) as ck:
+        layout = Layout(ck)
+        inodes: set[int] = set()
+        stack: list[Node] = [layout.root]
+        while stack:
+            node = stack.pop()
+            assert node.ino not in inodes
+            inodes.add(node.ino)
+            if isinstance(node, Dir):
+                names = [n.name for n in layout.listing(node)]
+                assert len(set(names)) == len(names)
+                stack.extend(layout.listing(node))
+            elif node.kind in (Kind.LINK, Kind.META_LINK):
+                target = layout.link_target(node)
+                assert node.parent is not None
+                resolved = layout.lookup("/" + resolve(layout.path_of(node.parent), target))
+                assert resolved is not None and resolved.kind in (Kind.DIR, Kind.TENSOR, Kind.META)
+        index = json.loads(layout.index_bytes())
+        assert [t["path"] for t in index["tensors"]] == [[encode_key(k) for k in t.path] for t in ck.tensors]
+        for listed, tensor in zip(index["tensors"], ck.tensors):
+            node = layout.lookup("/" + listed["file"])
+            assert node is not None and node.value is tensor
+
+
+def resolve(base: str, relative: str) -> str:
+    """``base/relative`` with ``..`` and ``.`` resolved, as the kernel follows a relative symlink."""
+    parts = [] if base == "." else base.split("/")
+    for part in relative.split("/"):
+        if part == "..":
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return "/".join(parts)
