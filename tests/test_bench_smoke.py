@@ -1,0 +1,52 @@
+"""Smoke run of scripts/bench (--quick --runs 1): every side mounts, measures, cleans up and writes JSON.
+
+Takes about 20-30 s; it checks that the benchmark works, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.mount,
+    pytest.mark.slow,
+]
+
+
+def fuse_mounts_under(path: Path) -> list[str]:
+    prefix = str(path) + "/"
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def test_bench_quick(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "bench"), "--quick", "--runs", "1", "--workdir", str(workdir), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "CKPTFS_VENV": os.path.dirname(os.path.dirname(sys.executable))},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ratios" in proc.stdout
+    result = json.loads(out.read_text())
+    figures = result["figures"]
+    for key in ("seq_first_dd_1M", "reread_cat", "memmap_first", "memmap_second", "rand4k"):
+        assert set(figures[key]["sides"]) >= {"raw", "cpass", "ckptfs"}, key
+    for key in ("mount_zip", "mount_legacy"):
+        assert set(figures[key]["sides"]) >= {"ckptfs", "torch"}, key
+    for key in ("find_zip", "find_legacy", "rss_zip", "rss_legacy"):
+        assert "ckptfs" in figures[key]["sides"], key
+    assert all(v == 0.0 for v in result["meta"]["resident_after_drop_max"].values())
+    assert result["checks"] and all("median" in c for c in result["checks"])
+    # Everything it mounted is gone, and so are its checkpoints (the work directory was ours to fill).
+    assert fuse_mounts_under(tmp_path) == []
+    assert not (workdir / "big.pt").exists()
