@@ -14,7 +14,7 @@ from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
 from ckptfs.reading import StorageReader, read_tensor
 from ckptfs.sources import ByteSource, LocalFileSource
-from ckptfs.tree import walk
+from ckptfs.tree import child_at, walk
 
 
 class Checkpoint:
@@ -29,19 +29,16 @@ class Checkpoint:
         self.root = parsed.root
         self.storages: list[Storage] = parsed.storages
         self.tensors: list[Tensor] = []
-        self._by_path: dict[tuple[Key, ...], Tensor] = {}
         self._reader = StorageReader(source, parsed)
         self._collect_tensors(limits)
 
     def _collect_tensors(self, limits: Limits) -> None:
         for visit in walk(self.root, limits):
             if visit.first and isinstance(visit.value, Tensor):
-                visit.value.path = visit.path
+                visit.value.trail = visit.trail
                 self.tensors.append(visit.value)
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
-            if isinstance(visit.value, Tensor):
-                self._by_path[visit.path] = visit.value
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)
@@ -50,8 +47,13 @@ class Checkpoint:
         return len(self.tensors)
 
     def tensor(self, path: tuple[Key, ...]) -> Tensor:
-        """The tensor at ``path`` (any of its paths, if it is referenced more than once)."""
-        return self._by_path[tuple(path)]
+        """The tensor at ``path`` (any of its paths, if it is referenced more than once); KeyError if none."""
+        value = self.root
+        for key in path:
+            value = child_at(value, key)
+        if not isinstance(value, Tensor):
+            raise KeyError(tuple(path))
+        return value
 
     def read(self, tensor: Tensor, offset: int = 0, size: int | None = None) -> bytes:
         """The tensor's logical bytes in C order (those of ``t.contiguous()``), or a slice of them."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Callable
 
 from ckptfs.checkpoint import open_checkpoint
-from ckptfs.describe import encode_tree, tensor_metadata
+from ckptfs.describe import encode_tree, json_text, tensor_metadata
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
@@ -52,8 +51,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             info["tensors"] = [tensor_metadata(t) for t in ck]
             info["tree"] = encode_tree(ck.root)
-            # One write: json.dump would issue a write per token, ~10x slower on big trees.
-            sys.stdout.write(json.dumps(info, indent=1) + "\n")
+            sys.stdout.write(json_text(info) + "\n")
         else:
             for key, value in info.items():
                 print(f"{key}: {value}")
@@ -69,7 +67,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
-    unmount(args.mountpoint)
+    unmount(args.mountpoint, lazy=args.lazy)
     return 0
 
 
@@ -108,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount a ckptfs mount (also a dead one whose daemon was killed)")
     umount.add_argument("mountpoint", metavar="MOUNTPOINT")
+    umount.add_argument("-l", "--lazy", action="store_true",
+                        help="detach now even if files in it are open; the daemon exits once the last is closed")
     umount.set_defaults(run=cmd_umount)
     return parser
 

@@ -11,16 +11,22 @@ before, by its path).
 from __future__ import annotations
 
 import base64
+import json
 import math
 import sys
-from typing import Any
+from typing import Any, Callable, TypeVar
 
-from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor
+from ckptfs.errors import LimitExceededError
+from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail, path_of
 from ckptfs.reading import needs_gather
 from ckptfs.tree import children, is_container
-from ckptfs.unpickle import Global, PickledObject, UnhashableKey
+from ckptfs.unpickle import Global, PickledObject, UnhashableKey, short_repr
 
 JSON_SAFE_INT = 1 << 53
+RECURSION_LIMIT = 20_000
+"""Enough for trees as deep as ``max_tree_depth``'s default allows, many times over."""
+SET_DEPTH = 8
+"""Sets nested deeper than this inside a set are shown as ``$repr``; sets are leaves, not walked."""
 
 
 def tensor_metadata(tensor: Tensor) -> dict[str, Any]:
@@ -101,24 +107,44 @@ def encode_key(key: Any) -> Any:
 
 def encode_tree(root: Any) -> Any:
     """The whole object tree as JSON-ready values; tensors become ``$tensor`` metadata."""
+    return _deep(_encode, root, None, {})
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text of JSON-ready values, however deeply they nest (within the tree limits)."""
+    return _deep(json.dumps, value)
+
+
+_T = TypeVar("_T")
+
+
+def _deep(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` with room for recursion as deep as the tree; deeper fails as a limit."""
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20_000))
+    sys.setrecursionlimit(max(limit, RECURSION_LIMIT))
     try:
-        return _encode(root, (), {})
+        return function(*args)
+    except RecursionError:
+        # Only when max_tree_depth was raised far past its default: fail cleanly rather than crash.
+        raise LimitExceededError(f"object tree too deep to describe as JSON (max_tree_depth above about "
+                                 f"{RECURSION_LIMIT // 4} is not supported)") from None
     finally:
         sys.setrecursionlimit(limit)
 
 
-def _encode(value: Any, path: tuple[Any, ...], seen: dict[int, tuple[Any, ...]]) -> Any:
+def _encode(value: Any, trail: Trail, seen: dict[int, Any]) -> Any:
     if isinstance(value, Tensor) or is_container(value):
         if id(value) in seen:
-            return {"$ref": [encode_key(k) for k in seen[id(value)]]}
-        seen[id(value)] = path
+            place = seen[id(value)]
+            if not isinstance(place, list):  # a trail: encode its path once, for every later reference
+                place = seen[id(value)] = [encode_key(k) for k in path_of(place)]
+            return {"$ref": place}
+        seen[id(value)] = trail
     if isinstance(value, Tensor):
         return {"$tensor": tensor_metadata(value)}
     if not is_container(value):
         return encode_leaf(value)
-    items = [(k, _encode(v, path + (k,), seen)) for k, v in children(value)]
+    items = [(k, _encode(v, (k, trail), seen)) for k, v in children(value)]
     if isinstance(value, list):
         return [v for _, v in items]
     if isinstance(value, tuple):
@@ -137,7 +163,7 @@ def _encode(value: Any, path: tuple[Any, ...], seen: dict[int, tuple[Any, ...]])
                         "children": [[encode_key(k), v] for k, v in items]}}
 
 
-def encode_leaf(value: Any) -> Any:
+def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
     """A non-container value as JSON (see the module docstring for the ``$`` forms)."""
     if value is None or isinstance(value, bool):
         return value
@@ -154,14 +180,14 @@ def encode_leaf(value: Any) -> Any:
         return {"$complex": [encode_leaf(value.real), encode_leaf(value.imag)]}
     if isinstance(value, Global):
         return {"$global": value.qualname}
-    if isinstance(value, (set, frozenset)):
-        return {"$set": sorted((encode_leaf(v) for v in value), key=repr)}
+    if isinstance(value, (set, frozenset)) and set_depth > 0:
+        return {"$set": sorted((encode_leaf(v, set_depth - 1) for v in value), key=repr)}
     if isinstance(value, UnhashableKey):
-        return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": repr(value.value)[:200]}
+        return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": short_repr(value.value, 200)}
     if isinstance(value, NumpyArray):
         return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
                              "data": base64.b64encode(value.data or b"").decode("ascii")}}
-    return {"$repr": repr(value)[:200]}
+    return {"$repr": short_repr(value, 200)}
 
 
 def _has_surrogates(text: str) -> bool:

@@ -203,6 +203,12 @@ class CheckpointFS:
         if count <= 0:
             address = libfuse.memory_bufvec(b"")
         elif opened.fd >= 0:
+            # libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
+            available = os.fstat(opened.fd).st_size
+            if available < opened.start + offset + count:
+                log.error("%s: read of %d bytes at offset %d: the source was truncated to %d bytes",
+                          opened.path, count, offset, available)
+                return -errno.EIO
             address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
         elif opened.data is not None:
             address = libfuse.memory_bufvec(opened.data[offset : offset + count])

@@ -11,6 +11,18 @@ from ckptfs.unpickle import Buildable
 
 Key = Any
 """A path element: str for dict keys and attributes, int for int keys and indices."""
+Trail = Any
+"""A path as nested ``(key, parent_trail)`` pairs, None at the root: siblings share their parent's
+trail, so a walk holds O(1) memory per node however deep the tree is."""
+
+
+def path_of(trail: Trail) -> tuple[Key, ...]:
+    """The keys from the root to the end of ``trail``."""
+    keys = []
+    while trail is not None:
+        key, trail = trail
+        keys.append(key)
+    return tuple(reversed(keys))
 
 
 @dataclass(eq=False)
@@ -73,8 +85,13 @@ class Tensor:
     quantization: Quantization | None = None
     type_name: str | None = None
     """The Python class when not a plain Tensor/Parameter (e.g. a tensor subclass)."""
-    path: tuple[Key, ...] = ()
-    """Keys from the root object to the first place this tensor was met."""
+    trail: Trail = None
+    """Where this tensor was first met (see ``path``)."""
+
+    @property
+    def path(self) -> tuple[Key, ...]:
+        """Keys from the root object to the first place this tensor was met."""
+        return path_of(self.trail)
 
     @property
     def numel(self) -> int:

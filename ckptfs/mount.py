@@ -268,19 +268,20 @@ def _unescape_mountinfo(field: bytes) -> bytes:
 # -- unmounting -------------------------------------------------------------------------
 
 
-def unmount(mountpoint: str) -> None:
-    """Unmounts a ckptfs mount, a dead one (its daemon killed) included."""
+def unmount(mountpoint: str, lazy: bool = False) -> None:
+    """Unmounts a ckptfs mount, a dead one (its daemon killed) included; ``lazy`` detaches a busy one now."""
     target = absolute_mountpoint(mountpoint)
     fstype = mount_points().get(target)
     if fstype is None:
         raise MountError(f"{target}: not mounted")
     if fstype != FSTYPE:
         raise MountError(f"{target}: a {fstype} mount, not a ckptfs one")
-    error = _unmount(target, lazy=False)
+    error = _unmount(target, lazy=lazy)
     if error is not None and _is_dead(target):
         error = _unmount(target, lazy=True)
     if error is not None:
-        raise MountError(f"{target}: cannot unmount: {error}")
+        hint = " (a file in it is open; ckptfs umount -l detaches it now)" if "busy" in error else ""
+        raise MountError(f"{target}: cannot unmount: {error}{hint}")
 
 
 def _is_dead(target: str) -> bool:

@@ -25,10 +25,12 @@ from ckptfs.model import (
     Storage,
     Tensor,
 )
-from ckptfs.unpickle import Global, Handler, PickledObject
+from ckptfs.unpickle import Global, Handler, PickledObject, hashable_key, short_repr
 
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62
+INT64_END = 1 << 63
+"""Sizes, strides and offsets are int64 in torch; larger ones are refused before any arithmetic."""
 
 _NUMPY_SCALAR_CODE = re.compile(r"^[<>|=]?(?:[biuf][1248]|c(?:8|16)|f16|\?)$")
 
@@ -51,6 +53,8 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
     dims = tuple(_int(v, f"tensor {what} entry") for v in value)
     if any(d < 0 for d in dims):
         raise _fail(f"tensor {what} {dims} has a negative entry")
+    if any(d >= INT64_END for d in dims):
+        raise _fail(f"tensor {what} {short_repr(dims)} has an entry beyond int64")
     return dims
 
 
@@ -59,7 +63,7 @@ def _dtype(value: Any) -> DType:
         dtype = dtype_by_name(value.name)
         if dtype is not None:
             return dtype
-    raise _fail(f"unknown tensor dtype {value!r}")
+    raise _fail(f"unknown tensor dtype {short_repr(value)}")
 
 
 def _storage(value: Any) -> Storage:
@@ -85,6 +89,8 @@ def make_tensor(
     offset_i = _int(offset, "storage offset")
     if offset_i < 0:
         raise _fail(f"negative storage offset {offset_i}")
+    if offset_i >= INT64_END:
+        raise _fail(f"storage offset {short_repr(offset_i)} is beyond int64")
     numel = math.prod(shape_t)
     if numel > MAX_ELEMENTS:
         raise _fail(f"tensor of size {shape_t} has more than 2**62 elements")
@@ -191,7 +197,8 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
         raise _fail(f"_rebuild_from_type_v2 takes 4 arguments, got {len(args)}")
     func, cls, inner_args, state = args
     handler = resolve(func) if isinstance(func, Global) else None
-    if handler is None or not isinstance(inner_args, tuple):
+    # torch never nests these two; a nested call would recurse once per level of a hostile pickle.
+    if handler is None or handler in (_rebuild_from_type_v2, _rebuild_from_type) or not isinstance(inner_args, tuple):
         return PickledObject(Global("torch._tensor", "_rebuild_from_type_v2"), args)
     result = handler(inner_args)
     if not isinstance(result, Tensor):
@@ -208,9 +215,16 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
 
 
 def _has_content(state: Any) -> bool:
-    if isinstance(state, tuple):
-        return any(_has_content(s) for s in state)
-    return isinstance(state, dict) and bool(state)
+    """Whether ``state``, or a tuple it nests, holds a non-empty dict (each tuple looked at once)."""
+    pending, seen = [state], set()
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict) and item:
+            return True
+        if isinstance(item, tuple) and id(item) not in seen:
+            seen.add(id(item))
+            pending.extend(item)
+    return False
 
 
 def _rebuild_from_type(args: tuple[Any, ...]) -> Any:
@@ -232,6 +246,8 @@ def _rebuild_sparse(args: tuple[Any, ...]) -> Any:
         raise _fail(f"unsupported sparse layout {layout!r}")
     size = _dims(data[len(names)], "size")
     coalesced = data[3] if layout == "torch.sparse_coo" and len(data) > 3 else None
+    if coalesced is not None and not isinstance(coalesced, bool):
+        raise _fail(f"sparse is_coalesced must be a bool, got {type(coalesced).__name__}")
     components = dict(zip(names, data))
     return SparseTensor(layout.removeprefix("torch."), size, components, coalesced)
 
@@ -258,7 +274,7 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     array, dtype = args[0], _dtype(args[1])
     if array.data is None:
         raise _fail("numpy array without data")
-    numel = math.prod(array.shape)
+    numel = math.prod(_dims(array.shape, "size"))
     if len(array.data) != numel * dtype.itemsize:
         raise _fail(f"numpy data of {len(array.data)} bytes does not hold {numel} {dtype.name} elements")
     byteorder = "big" if array.dtype.startswith(">") else "little"
@@ -281,20 +297,16 @@ def _dict_from_pairs(pairs: Any) -> Any:
     if isinstance(pairs, dict):
         return dict(pairs)
     if isinstance(pairs, list) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
-        try:
-            return {k: v for k, v in pairs}
-        except TypeError:
-            pass
+        return {hashable_key(k): v for k, v in pairs}
     return PickledObject(Global("collections", "OrderedDict"), (pairs,))
 
 
 def _set(kind: type) -> Handler:
     def handler(args: tuple[Any, ...]) -> Any:
         items = args[0] if args else []
-        try:
-            return kind(items)
-        except TypeError:
-            return PickledObject(Global("builtins", kind.__name__), args)
+        if isinstance(items, (list, tuple, set, frozenset)):
+            return kind(hashable_key(v) for v in items)
+        return PickledObject(Global("builtins", kind.__name__), args)
 
     return handler
 

@@ -35,7 +35,8 @@ class LocalFileSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.name = os.fspath(path)
         try:
-            self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it is refused below as not regular.
+            self._fd = os.open(self.name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as exc:
             raise SourceError(f"cannot open: {exc.strerror}", self.name) from exc
         try:

@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.limits import Limits
-from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
-from ckptfs.unpickle import PickledObject, UnhashableKey
+from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
+from ckptfs.unpickle import PickledObject
 
 STATE_KEY = "__state__"
 ARGS_KEY = "__args__"
@@ -27,7 +27,7 @@ def is_container(value: Any) -> bool:
 def children(value: Any) -> list[tuple[Key, Any]]:
     """The (key, child) pairs of a container, in pickle order; [] for a leaf."""
     if isinstance(value, dict):
-        return [(k.value if isinstance(k, UnhashableKey) else k, v) for k, v in value.items()]
+        return list(value.items())
     if isinstance(value, (list, tuple)):
         return list(enumerate(value))
     if isinstance(value, (SparseTensor, NestedTensor)):
@@ -52,34 +52,53 @@ def _object_children(obj: PickledObject) -> list[tuple[Key, Any]]:
     return items
 
 
+def child_at(value: Any, key: Key) -> Any:
+    """The child of a container under ``key``, as ``children`` gives it; KeyError if there is none."""
+    if isinstance(value, dict):
+        try:
+            return value[key]
+        except TypeError:
+            raise KeyError(key) from None
+    if isinstance(value, (list, tuple)) and type(key) is int and 0 <= key < len(value):
+        return value[key]
+    for k, child in children(value):
+        if k == key:
+            return child
+    raise KeyError(key)
+
+
 @dataclass
 class Visit:
-    path: tuple[Key, ...]
     value: Any
     first: bool
     """False when this object was already visited at another path (a shared reference)."""
+    trail: Trail
+
+    @property
+    def path(self) -> tuple[Key, ...]:
+        return path_of(self.trail)
 
 
 def walk(root: Any, limits: Limits = Limits()) -> Iterator[Visit]:
     """Depth-first pre-order walk; a shared object is yielded once per path, expanded once."""
     seen: set[int] = set()
-    stack: list[tuple[tuple[Key, ...], Any]] = [((), root)]
+    stack: list[tuple[Trail, int, Any]] = [(None, 0, root)]
     nodes = 0
     while stack:
-        path, value = stack.pop()
+        trail, depth, value = stack.pop()
         nodes += 1
         if nodes > limits.max_tree_nodes:
             raise LimitExceededError(f"object tree has more than {limits.max_tree_nodes} nodes (limit max_tree_nodes)")
         shareable = is_container(value) or isinstance(value, Tensor)
         first = not shareable or id(value) not in seen
-        yield Visit(path, value, first)
+        yield Visit(value, first, trail)
         if not first:
             continue
         if shareable:
             seen.add(id(value))
         if not is_container(value):
             continue
-        if len(path) >= limits.max_tree_depth:
+        if depth >= limits.max_tree_depth:
             raise LimitExceededError(f"object tree nests deeper than {limits.max_tree_depth} (limit max_tree_depth)")
         for key, child in reversed(children(value)):
-            stack.append((path + (key,), child))
+            stack.append(((key, trail), depth + 1, child))

@@ -12,6 +12,7 @@ buffers are refused.
 from __future__ import annotations
 
 import codecs
+import itertools
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,7 +33,7 @@ class Global:
         return f"{self.module}.{self.name}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class PickledObject:
     """An inert description of an object the pickle would have constructed."""
 
@@ -47,12 +48,23 @@ class PickledObject:
     def class_name(self) -> str:
         return self.callable.qualname if isinstance(self.callable, Global) else type(self.callable).__name__
 
+    def __repr__(self) -> str:
+        # Never the arguments: they may be deep, cyclic or shared 2**40 times.
+        return f"<{self.class_name}(...)>"
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, repr=False)
 class UnhashableKey:
-    """A dict key whose value Python cannot hash (a list, an object's dict…)."""
+    """A dict key kept by identity: Python cannot hash it (a list…), or hashing it is unbounded.
+
+    Tuples do not cache their hash, so a tuple key that is deep or shares its
+    parts (2**40 paths in 300 bytes) is wrapped rather than hashed.
+    """
 
     value: Any
+
+    def __repr__(self) -> str:
+        return short_repr(self.value)
 
 
 class Buildable:
@@ -66,13 +78,52 @@ Handler = Callable[[tuple[Any, ...]], Any]
 Resolver = Callable[[Global], Handler | None]
 
 _RENAMED_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg", "exceptions": "builtins"}
+MAX_LONG_BYTES = 1785
+"""Largest LONG4 integer read: 1785 bytes stay under Python's 4300-digit int/str conversion limit."""
+
 
 def _no_handler(_: Global) -> Handler | None:
     return None
 
 
 def _refuse_persistent(pid: Any) -> Any:
-    raise UnpicklingError(f"persistent id {pid!r} where none is expected")
+    raise UnpicklingError(f"persistent id {short_repr(pid)} where none is expected")
+
+
+_REPR_DEPTH = 3
+_REPR_ITEMS = 4
+_BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}")}
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """A repr of a pickled value for messages: bounded in size and cost for deep, cyclic or shared values."""
+    text = _bounded_repr(value, _REPR_DEPTH, limit)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _bounded_repr(value: Any, depth: int, limit: int) -> str:
+    if isinstance(value, (str, bytes, bytearray)):
+        return repr(value[: limit + 1])
+    if value is None or isinstance(value, (bool, int, float, complex)):
+        return repr(value)
+    if isinstance(value, Global):
+        return value.qualname[: limit + 1]
+    if isinstance(value, UnhashableKey):
+        return _bounded_repr(value.value, depth, limit)
+    brackets = _BRACKETS.get(type(value))
+    if brackets is None:
+        return repr(value) if isinstance(value, PickledObject) else f"<{type(value).__name__}>"
+    if depth == 0:
+        return "..."
+    if isinstance(value, dict):
+        parts = [f"{_bounded_repr(k, depth - 1, limit)}: {_bounded_repr(v, depth - 1, limit)}"
+                 for k, v in itertools.islice(value.items(), _REPR_ITEMS)]
+    else:
+        parts = [_bounded_repr(v, depth - 1, limit) for v in itertools.islice(value, _REPR_ITEMS)]
+    if len(value) > _REPR_ITEMS:
+        parts.append("...")
+    trailer = "," if isinstance(value, tuple) and len(value) == 1 else ""
+    return brackets[0] + ", ".join(parts) + trailer + brackets[1]
 
 
 class SafeUnpickler:
@@ -206,7 +257,16 @@ class SafeUnpickler:
             handler(self)
 
 
-def _key(value: Any) -> Any:
+HASH_BUDGET = 1000
+"""Most tuple elements, counted along every path, that hashing one key may visit."""
+
+
+def hashable_key(value: Any) -> Any:
+    """``value`` when it can serve as a dict key or set element, else it wrapped in :class:`UnhashableKey`."""
+    if isinstance(value, (str, int, float, bytes, Global)) or value is None:
+        return value
+    if not _hash_is_bounded(value):
+        return UnhashableKey(value)
     try:
         hash(value)
     except TypeError:
@@ -214,12 +274,25 @@ def _key(value: Any) -> Any:
     return value
 
 
+def _hash_is_bounded(value: Any) -> bool:
+    pending = [value]
+    budget = HASH_BUDGET
+    while pending:
+        item = pending.pop()
+        if isinstance(item, tuple):
+            budget -= len(item)
+            if budget < 0:
+                return False
+            pending.extend(item)
+    return True
+
+
 def _set_items(target: Any, pairs: list[tuple[Any, Any]]) -> None:
     if isinstance(target, dict):
         for k, v in pairs:
-            target[_key(k)] = v
+            target[hashable_key(k)] = v
     elif isinstance(target, PickledObject):
-        target.dict_items.extend(pairs)
+        target.dict_items.extend((hashable_key(k), v) for k, v in pairs)
     else:
         raise UnpicklingError(f"SETITEM on a {type(target).__name__}, which is not a mapping")
 
@@ -252,6 +325,8 @@ def _frame(u: SafeUnpickler) -> None:
 
 
 def _mark(u: SafeUnpickler) -> None:
+    if len(u.metastack) >= u.limits.max_stack_depth:
+        raise LimitExceededError(f"pickle nests more than {u.limits.max_stack_depth} MARKs (limit max_stack_depth)")
     u.metastack.append(u.stack)
     u.stack = []
 
@@ -316,6 +391,8 @@ def _long4(u: SafeUnpickler) -> None:
     n = struct.unpack("<i", u._take(4))[0]
     if n < 0:
         raise UnpicklingError("LONG4 with a negative byte count")
+    if n > MAX_LONG_BYTES:
+        raise UnpicklingError(f"LONG4 integer of {n} bytes (limit {MAX_LONG_BYTES}: Python's 4300-digit int limit)")
     u._push(int.from_bytes(u._take(n), "little", signed=True))
 
 
@@ -445,14 +522,14 @@ def _empty_set(u: SafeUnpickler) -> None:
 
 
 def _frozenset(u: SafeUnpickler) -> None:
-    u._push(frozenset(_key(v) for v in u._pop_mark()))
+    u._push(frozenset(hashable_key(v) for v in u._pop_mark()))
 
 
 def _additems(u: SafeUnpickler) -> None:
     items = u._pop_mark()
     target = u._top()
     if isinstance(target, set):
-        target.update(_key(v) for v in items)
+        target.update(hashable_key(v) for v in items)
     elif isinstance(target, PickledObject):
         target.list_items.extend(items)
     else:

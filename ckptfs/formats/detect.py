@@ -38,6 +38,6 @@ def _not_a_checkpoint(head: bytes) -> Exception:
         return NotACheckpointError("a numpy .npy file, not a PyTorch checkpoint")
     if head.startswith(b"\x89HDF"):
         return NotACheckpointError("an HDF5 file, not a PyTorch checkpoint")
-    if head[:1] == b"\x80":
+    if len(head) >= 2 and head[0] == 0x80:
         return NotACheckpointError(f"a pickle of protocol {head[1]}, not a torch.save checkpoint")
     return NotACheckpointError(f"not a PyTorch checkpoint (starts with bytes {head[:8].hex(' ')})")

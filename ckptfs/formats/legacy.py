@@ -20,7 +20,7 @@ from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import PickledObject, SafeUnpickler
+from ckptfs.unpickle import PickledObject, SafeUnpickler, short_repr
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -45,7 +45,7 @@ class _LegacyStorages:
             return root
         if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[0], str)
                 and all(type(v) is int and v >= 0 for v in view[1:])):
-            raise CorruptCheckpointError(f"bad view metadata {view!r} for storage {key!r}")
+            raise CorruptCheckpointError(f"bad view metadata {short_repr(view)} for storage {key!r}")
         view_key, view_offset, view_numel = view
         if (view_offset + view_numel) * dtype.itemsize > root.nbytes:
             raise CorruptCheckpointError(f"storage view {view_key!r} runs past its root storage {key!r}")
@@ -91,7 +91,7 @@ def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
         raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
     protocol, pos = _next_pickle(head, pos, limits)
     if protocol != PROTOCOL_VERSION:
-        raise UnsupportedError(f"legacy protocol version {protocol!r} (expected {PROTOCOL_VERSION})")
+        raise UnsupportedError(f"legacy protocol version {short_repr(protocol)} (expected {PROTOCOL_VERSION})")
     sys_info, pos = _next_pickle(head, pos, limits)
     table = _LegacyStorages()
     unpickler = SafeUnpickler(head, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)

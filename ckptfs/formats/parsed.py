@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model import Storage
-from ckptfs.unpickle import Global
+from ckptfs.unpickle import Global, short_repr
 
 
 @dataclass
@@ -28,19 +28,14 @@ class ParsedCheckpoint:
 def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str, int, Any]:
     """Validates a ``('storage', cls, key, location, numel[, view])`` persistent id."""
     if not isinstance(pid, tuple) or len(pid) != tuple_length or pid[0] != "storage":
-        raise CorruptCheckpointError(f"unexpected persistent id {_short(pid)}")
+        raise CorruptCheckpointError(f"unexpected persistent id {short_repr(pid)}")
     cls, key, location, numel = pid[1:5]
     if not isinstance(cls, Global):
-        raise CorruptCheckpointError(f"storage class in persistent id is {_short(cls)}, not a class name")
+        raise CorruptCheckpointError(f"storage class in persistent id is {short_repr(cls)}, not a class name")
     if not isinstance(key, str) or not key or "/" in key or "\0" in key or len(key) > 256:
-        raise CorruptCheckpointError(f"bad storage key {_short(key)}")
+        raise CorruptCheckpointError(f"bad storage key {short_repr(key)}")
     if not isinstance(location, str):
-        raise CorruptCheckpointError(f"storage location {_short(location)} is not a string")
+        raise CorruptCheckpointError(f"storage location {short_repr(location)} is not a string")
     if type(numel) is not int or numel < 0:
-        raise CorruptCheckpointError(f"storage {key!r} has a bad element count {_short(numel)}")
+        raise CorruptCheckpointError(f"storage {key!r} has a bad element count {short_repr(numel)}")
     return cls, key, location, numel, pid[5] if tuple_length > 5 else None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ckptfs.formats.zip_archive import ZipArchive
+from ckptfs.formats.zip_archive import ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
 from ckptfs.tree import walk
@@ -30,6 +30,9 @@ def mark_parameters(archive: ZipArchive, root: Any, limits: Limits) -> None:
         and visit.value.callable.module.startswith("__torch__") and isinstance(visit.value.state, dict)
     ]
     records = {_code_record(m.callable) for m in modules}
+    for record in records:
+        if (entry := archive.entry(record)) is not None:
+            check_inflation(entry, limits)
     declared: dict[tuple[str, str], list[str]] = {}
     for record, code in archive.read_records(dict.fromkeys(records, limits.max_pickle_bytes)).items():
         module = record.removeprefix("code/").removesuffix(".py").replace("/", ".")

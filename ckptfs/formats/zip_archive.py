@@ -133,6 +133,8 @@ class ZipArchive:
             usize, csize, offset = _apply_zip64(extra, usize, csize, offset, name)
             if flags & 1:
                 raise UnsupportedError(f"zip record {name!r} is encrypted")
+            if method == STORED and csize != usize:
+                raise CorruptCheckpointError(f"stored zip record {name!r} has {csize} bytes but claims {usize}")
             if name in self.entries:
                 raise CorruptCheckpointError(f"duplicate zip record {name!r}")
             if offset + LOCAL_HEADER.size + csize > self.cd_offset:
@@ -186,6 +188,8 @@ class ZipArchive:
             for e in group:
                 data_start = self._local_data_offset(buffer, e.header_offset - start, e) - start
                 e.data_offset = start + data_start
+                if e.data_offset + e.compressed_size > self._next_header[e.name]:
+                    raise CorruptCheckpointError(f"zip record {e.name!r} overlaps the next record")
                 raw = buffer[data_start : data_start + e.compressed_size]
                 if len(raw) != e.compressed_size:
                     raise CorruptCheckpointError(f"zip record {e.name!r} runs past the next record")
@@ -260,6 +264,15 @@ class ZipArchive:
             return False
         extra = header[LOCAL_HEADER.size + name_len :]
         return actual == predicted and (extra[:2] == b"FB" or extra[:2] == b"\x01\x00")
+
+
+def check_inflation(entry: ZipEntry, limits: Limits) -> None:
+    """Refuses a deflated pickle or code record claiming more than ``max_pickle_inflation`` × its size (+1 MiB)."""
+    allowed = limits.max_pickle_inflation * entry.compressed_size + (1 << 20)
+    if entry.method == DEFLATED and entry.size > allowed:
+        raise LimitExceededError(f"deflated record {entry.name!r} of {entry.compressed_size} bytes claims "
+                                 f"{entry.size} bytes, more than {limits.max_pickle_inflation}x "
+                                 f"(limit max_pickle_inflation)")
 
 
 def predicted_data_offset(header_offset: int, name_len: int, size: int, alignment: int) -> int:

@@ -6,10 +6,10 @@ from typing import Any
 
 from ckptfs import rebuild
 from ckptfs.dtypes import dtype_of_storage_class
-from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, UnsupportedError
+from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
-from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive
+from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
 from ckptfs.sources import ByteSource
@@ -67,6 +67,8 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     if archive.entry("data.pkl") is None:
         raise NotACheckpointError(f"zip archive without {archive.prefix}data.pkl: not a PyTorch checkpoint")
     pickles = ["data.pkl", "constants.pkl"] if is_torchscript else ["data.pkl"]
+    for name in pickles:
+        check_inflation(archive.entries[archive.prefix + name], limits)
     records = archive.read_records({**dict.fromkeys(SMALL_RECORDS, MAX_SMALL_RECORD),
                                     **dict.fromkeys(pickles, limits.max_pickle_bytes)})
     byteorder = _byteorder(records.get("byteorder"))
@@ -89,7 +91,11 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         storage.offset = entry.data_offset
 
     def inflate(storage: Storage) -> bytes:
-        return archive.read_compressed(archive.entries[archive.prefix + storage.record])
+        entry = archive.entries[archive.prefix + storage.record]
+        if entry.size > limits.max_inflated_bytes:
+            raise LimitExceededError(f"deflated record {entry.name!r} of {entry.size} bytes exceeds "
+                                     f"{limits.max_inflated_bytes} (limit max_inflated_bytes)")
+        return archive.read_compressed(entry)
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),

@@ -1,0 +1,50 @@
+"""Assertions shared by the hostile tests: what a clean failure and a bounded run look like."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import ckptfs
+from ckptfs.describe import encode_tree, json_text
+from ckptfs.errors import CkptfsError
+from hostile.conftest import MEMORY_BOUND, TIME_BOUND, CliResult
+
+TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
+                      r"|zip file too short|pickle truncated|legacy storages end at byte \d+ but the file has")
+
+
+def assert_names_file(error: CkptfsError, path: Path, reason: str) -> None:
+    """The error names the file and says what is wrong, in the one-line form the CLI prints."""
+    assert error.path == str(path)
+    assert str(error) == f"{path}: {error.reason}"
+    assert "\n" not in str(error)
+    assert re.search(reason, error.reason), f"{error.reason!r} does not match {reason!r}"
+
+
+def exercise(ck: ckptfs.Checkpoint) -> None:
+    """What ``info --json`` and a reader do: encode the whole tree, read the ends of every tensor."""
+    json_text(encode_tree(ck.root))
+    for tensor in ck.tensors:
+        for offset in (0, max(0, tensor.nbytes - 4096)):
+            try:
+                ck.read(tensor, offset, 4096)
+            except CkptfsError as exc:
+                assert exc.path == ck.path
+
+
+def assert_bounded(result: CliResult) -> None:
+    assert not result.timed_out, f"killed after {result.wall:.1f} s"
+    assert result.wall < TIME_BOUND, f"took {result.wall:.2f} s"
+    assert result.maxrss < MEMORY_BOUND, f"peak RSS {result.maxrss >> 20} MiB"
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def assert_cli_error(result: CliResult, path: Path, reason: str) -> None:
+    """Exit status 1 and exactly one line, ``ckptfs: FILE: REASON``."""
+    assert result.rc == 1, (result.rc, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    prefix = f"ckptfs: {path}: "
+    assert lines[0].startswith(prefix), lines[0]
+    assert re.search(reason, lines[0][len(prefix):]), f"{lines[0]!r} does not match {reason!r}"

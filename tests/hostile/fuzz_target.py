@@ -1,0 +1,164 @@
+"""The fuzz target and mutator: what one input goes through, and how inputs are made.
+
+``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
+``find -ls``, reads) do with a file. ckptfs may raise only ``CkptfsError``;
+anything else escaping ``exercise`` is a crash.
+"""
+
+from __future__ import annotations
+
+import io
+import pickletools
+import random
+import struct
+import zipfile
+import zlib
+
+import ckptfs
+from ckptfs.describe import encode_tree, json_text, tensor_metadata
+from ckptfs.errors import CkptfsError
+from ckptfs.layout import Dir, Kind, Layout
+from ckptfs.sources import BytesSource
+
+MAX_NODES = 2000
+"""Layout entries visited per input (a mutated file can be large; the budget keeps the rate up)."""
+MAX_TENSORS = 32
+READ = 256
+INTERESTING = (0, 1, 2, 7, 8, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000,
+               0xFFFFFFFF, 1 << 32, (1 << 62) + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
+OPCODES = bytes(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
+
+
+def exercise(data: bytes, rng: random.Random) -> None:
+    try:
+        with ckptfs.open(BytesSource(data, "fuzz.pt")) as ck:
+            _describe(ck)
+            _read(ck, rng)
+            _mount_walk(ck)
+    except CkptfsError:
+        pass
+
+
+def _describe(ck: ckptfs.Checkpoint) -> None:
+    json_text({"tensors": [tensor_metadata(t) for t in ck], "tree": encode_tree(ck.root)})
+    for tensor in ck.tensors:
+        "/".join(str(k) for k in tensor.path)
+
+
+def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
+    for tensor in ck.tensors[:MAX_TENSORS]:
+        size = tensor.nbytes
+        for offset in (0, max(0, size - READ), rng.randrange(size + 1)):
+            try:
+                ck.read(tensor, offset, READ)
+            except CkptfsError:
+                pass
+
+
+def _mount_walk(ck: ckptfs.Checkpoint) -> None:
+    """What ``find -ls`` and ``cat`` of every small file do on a mount, up to MAX_NODES entries."""
+    layout = Layout(ck)
+    pending = [layout.root]
+    visited = 0
+    while pending and visited < MAX_NODES:
+        for node in layout.listing(pending.pop()):
+            visited += 1
+            layout.size(node)
+            if isinstance(node, Dir):
+                pending.append(node)
+            elif node.kind in (Kind.VALUE, Kind.META):
+                layout.content(node)
+    layout.index_bytes()
+
+
+class Mutator:
+    """Mutations of seed files, aimed at their pickles half of the time."""
+
+    def __init__(self, seeds: list[bytes], rng: random.Random) -> None:
+        self.seeds = seeds
+        self.rng = rng
+        self.regions = [_pickle_region(s) for s in seeds]
+        """Where each seed's pickle is: a zip's stored data.pkl, or the head of a legacy file."""
+
+    def __call__(self) -> bytes:
+        rng = self.rng
+        index = rng.randrange(len(self.seeds))
+        data = bytearray(self.seeds[index])
+        start, end, is_zip = self.regions[index]
+        if is_zip and start < end and rng.random() < 0.4:
+            pickle = bytearray(data[start:end])
+            for _ in range(rng.choice((1, 1, 2, 3, 4))):
+                self._mutate(pickle, 0, len(pickle), shifting=rng.random() < 0.5)
+            try:
+                return _replace_record(bytes(data), bytes(pickle))
+            except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error):
+                pass  # a hand-made seed Python's zipfile cannot rewrite: mutate its bytes instead
+        # Moving bytes breaks the zip directory or the legacy storage layout at once; mostly overwrite.
+        shifting = rng.random() < 0.2
+        for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4, 8))):
+            focused = start < end and rng.random() < 0.7
+            lo, hi = (start, end) if focused else (0, len(data))
+            self._mutate(data, lo, hi, shifting)
+        return bytes(data)
+
+    def _mutate(self, data: bytearray, lo: int, hi: int, shifting: bool) -> None:
+        rng = self.rng
+        hi = min(hi, len(data))
+        if hi <= lo:
+            data.extend(rng.randbytes(rng.randrange(1, 16)))
+            return
+        at = rng.randrange(lo, hi)
+        if not shifting:
+            choice = rng.randrange(4)
+            if choice == 0:
+                data[at] ^= 1 << rng.randrange(8)
+            elif choice == 1:
+                data[at] = rng.randrange(256)
+            elif choice == 2:
+                width = min(rng.choice((1, 2, 4, 8)), len(data) - at)
+                value = rng.choice(INTERESTING) & ((1 << (8 * width)) - 1)
+                data[at : at + width] = value.to_bytes(width, "little")
+            else:
+                data[at] = rng.choice(OPCODES)
+            return
+        choice = rng.randrange(6)
+        if choice == 0:
+            data[at:at] = rng.randbytes(rng.randrange(1, 9))
+        elif choice == 1:
+            del data[at : at + rng.randrange(1, 33)]
+        elif choice == 2:
+            data[at:at] = data[rng.randrange(lo, hi) :][: rng.randrange(1, 65)]
+        elif choice == 3:
+            del data[rng.randrange(at, len(data) + 1) :]
+        elif choice == 4:
+            donor = rng.choice(self.seeds)
+            cut = rng.randrange(len(donor) + 1)
+            data[at:] = donor[cut : cut + rng.randrange(1, 4096)]
+        else:
+            argument = rng.choice((b"", bytes([rng.randrange(256)]), b"os\nsystem\n", b"torch\nFloatStorage\n",
+                                   struct.pack("<I", rng.choice(INTERESTING) & 0xFFFFFFFF), b"0\n"))
+            data[at:at] = bytes([rng.choice(OPCODES)]) + argument
+
+
+def _pickle_region(data: bytes) -> tuple[int, int, bool]:
+    """(start, end, is_zip) of the seed's pickle bytes; a legacy file's pickles are at its head."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            info = next(i for i in z.infolist() if i.filename.endswith("/data.pkl"))
+    except (zipfile.BadZipFile, StopIteration):
+        return 0, min(len(data), 65536), False
+    if info.compress_type != zipfile.ZIP_STORED:
+        return 0, 0, True
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    start = info.header_offset + 30 + name_len + extra_len
+    return start, start + info.compress_size, True
+
+
+def _replace_record(data: bytes, pickle: bytes) -> bytes:
+    source = zipfile.ZipFile(io.BytesIO(data))
+    buffer = io.BytesIO()
+    with source, zipfile.ZipFile(buffer, "w") as out:
+        for info in source.infolist():
+            content = pickle if info.filename.endswith("/data.pkl") else source.read(info)
+            out.writestr(info.filename, content, compress_type=info.compress_type)
+    return buffer.getvalue()

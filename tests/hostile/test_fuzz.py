@@ -1,0 +1,33 @@
+"""The bounded CI run of the mutation fuzzer (``scripts/fuzz`` runs the long one): no crash, hang or blow-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hostile.seeds import SEED_NAMES
+
+SECONDS = 55
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_fuzz_bounded_run(seeds: dict[str, bytes], tmp_path: Path) -> None:
+    seed_dir = tmp_path / "seeds"
+    seed_dir.mkdir()
+    for name in SEED_NAMES:
+        (seed_dir / name).write_bytes(seeds[name])
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "OPENBLAS_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "hostile.fuzz", "--seconds", str(SECONDS), "--workers", "2",
+                             "--seeds", str(seed_dir), "--out", str(out), "--json"],
+                            capture_output=True, text=True, env=env, timeout=SECONDS + 60)
+    summary = json.loads(result.stdout)
+    findings = {name: (out / f"{name}.txt").read_text()[-2000:] for name in summary["saved"]}
+    assert summary["inputs"] > 20_000, summary
+    assert (summary["crashes"], summary["memory"], summary["hangs"], summary["died"]) == (0, 0, 0, 0), findings
+    assert not summary["canary"]
+    assert summary["max_rss"] < 500 << 20
+    assert result.returncode == 0

@@ -1,0 +1,60 @@
+"""``ckptfs mount`` on every hostile case: a bounded tree that ``find`` walks quickly, or one line and nothing mounted."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hostile.cases import CASES, Case, deep_then_wide
+from hostile.checks import assert_bounded, assert_cli_error
+from hostile.conftest import MEMORY_BOUND, TIME_BOUND, Runner
+from hostile.mounting import Mounts, daemon_serving, holders, mount_points, peak_rss, wait_gone
+
+
+MOUNT_COSTS_GROW_WITH_DEPTH = ("the mount's cost per entry grows with its depth: each FUSE request resolves its "
+                               "full path from the root, and index.json repeats every entry's full key path")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name != "deep_then_wide"], ids=lambda c: c.name)
+def test_mount(case: Case, hostile_files: dict[str, Path], runner: Runner, mounts: Mounts) -> None:
+    path = hostile_files[case.name]
+    mnt = mounts.directory()
+    start = time.monotonic()
+    result = runner.run("mount", path, mnt)
+    assert_bounded(result)
+    if case.error is not None:
+        assert_cli_error(result, path, case.reason)
+        assert str(mnt) not in mount_points() and not any(mnt.iterdir())
+        assert not holders(path)
+        return
+    assert result.rc == 0 and result.stderr == "", result.stderr
+    daemon = daemon_serving(path)
+    mounts.daemons.add(daemon)
+    found = subprocess.run(["find", mnt], capture_output=True, text=True, timeout=30)
+    assert found.returncode == 0 and found.stderr == "", found.stderr
+    index = (mnt / ".ckptfs" / "index.json").read_bytes()
+    assert index.startswith(b'{"ckptfs_index": 1')
+    assert peak_rss(daemon) < MEMORY_BOUND
+    unmounted = runner.run("umount", mnt)
+    assert unmounted.rc == 0 and unmounted.stderr == "", unmounted.stderr
+    wait_gone(daemon)
+    assert time.monotonic() - start < TIME_BOUND
+    assert str(mnt) not in mount_points()
+
+
+@pytest.mark.xfail(strict=True, reason=MOUNT_COSTS_GROW_WITH_DEPTH)
+def test_mount_deep_then_wide(runner: Runner, mounts: Mounts, tmp_path: Path) -> None:
+    """10,000 entries at depth 990 (a 20 KB file): find and index.json within the bounds."""
+    path = tmp_path / "deep_then_wide.pt"
+    path.write_bytes(deep_then_wide(10_000))
+    mnt = mounts.directory()
+    start = time.monotonic()
+    assert runner.run("mount", path, mnt).rc == 0
+    mounts.daemons.add(daemon := daemon_serving(path))
+    subprocess.run(["find", mnt], capture_output=True, check=True, timeout=60)
+    assert len((mnt / ".ckptfs" / "index.json").read_bytes()) < 10 << 20
+    assert peak_rss(daemon) < MEMORY_BOUND
+    assert time.monotonic() - start < TIME_BOUND
