@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
@@ -15,6 +13,9 @@ from ckptfs.model import Key, Storage, Tensor
 from ckptfs.reading import StorageReader, read_tensor
 from ckptfs.sources import ByteSource, LocalFileSource
 from ckptfs.tree import child_at, walk
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Checkpoint:
@@ -68,6 +69,8 @@ class Checkpoint:
             raise UnsupportedError(f"numpy has no dtype for {tensor.dtype.name}", self.path)
         if tensor.dtype.packing > 1:
             raise UnsupportedError(f"{tensor.dtype.name} is packed; read() gives its bytes", self.path)
+        import numpy as np
+
         data = self.read(tensor)
         return np.frombuffer(data, dtype=tensor.numpy_dtype).reshape(tensor.shape).copy()
 

@@ -12,8 +12,6 @@ import math
 import re
 from typing import Any, Callable
 
-import numpy as np
-
 from ckptfs.dtypes import DType, dtype_by_name
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model import (
@@ -46,6 +44,17 @@ def _int(value: Any, what: str) -> int:
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
+    if type(value) is tuple and len(value) <= MAX_RANK:
+        for v in value:
+            if type(v) is not int or not 0 <= v < INT64_END:
+                break
+        else:
+            return value
+    return _checked_dims(value, what)
+
+
+def _checked_dims(value: Any, what: str) -> tuple[int, ...]:
+    """``_dims`` off its fast path: converts lists and says what is wrong."""
     if not isinstance(value, (tuple, list)):
         raise _fail(f"tensor {what} must be a tuple, got {type(value).__name__}")
     if len(value) > MAX_RANK:
@@ -381,6 +390,8 @@ def _numpy_scalar(args: tuple[Any, ...]) -> Any:
             raw = raw.encode("latin-1", "replace")
         descr = args[0].descr
         if isinstance(raw, bytes) and _NUMPY_SCALAR_CODE.match(descr):
+            import numpy as np
+
             dtype = np.dtype(descr)
             if len(raw) == dtype.itemsize:
                 return np.frombuffer(raw, dtype=dtype)[0].item()

@@ -242,19 +242,115 @@ class SafeUnpickler:
     # -- main loop -------------------------------------------------------------
 
     def load(self) -> Any:
+        # The opcodes of a torch state dict are handled inline (memo, strings, small ints,
+        # tuples): a method call per opcode would double the cost of opening a checkpoint.
         dispatch = _DISPATCH
         data = self.data
+        end = len(data)
+        memo = self.memo
+        max_memo = self.limits.max_memo_entries
+        max_depth = self.limits.max_stack_depth
+        unpack_u32 = _U32.unpack_from
         while True:
-            if self.pos >= len(data):
+            pos = self.pos
+            if pos >= end:
                 raise TruncatedPickleError("pickle truncated: no STOP opcode")
-            op = data[self.pos]
-            self.pos += 1
+            op = data[pos]
+            stack = self.stack
+            if op in _INLINE:
+                if op == 0x71 or op == 0x72 or op == 0x94:  # BINPUT, LONG_BINPUT, MEMOIZE
+                    if op == 0x71:
+                        if pos + 2 > end:
+                            break
+                        index = data[pos + 1]
+                        self.pos = pos + 2
+                    elif op == 0x72:
+                        if pos + 5 > end:
+                            break
+                        index = unpack_u32(data, pos + 1)[0]
+                        self.pos = pos + 5
+                    else:
+                        index = len(memo)
+                        self.pos = pos + 1
+                    if not stack:
+                        raise UnpicklingError(f"stack underflow at offset {pos}")
+                    if index not in memo and len(memo) >= max_memo:
+                        raise LimitExceededError(f"pickle memo exceeds {max_memo} entries")
+                    memo[index] = stack[-1]
+                    continue
+                if len(stack) >= max_depth:
+                    raise LimitExceededError(f"pickle stack exceeds {max_depth} entries")
+                if op == 0x68 or op == 0x6A:  # BINGET, LONG_BINGET
+                    if op == 0x68:
+                        if pos + 2 > end:
+                            break
+                        index = data[pos + 1]
+                        self.pos = pos + 2
+                    else:
+                        if pos + 5 > end:
+                            break
+                        index = unpack_u32(data, pos + 1)[0]
+                        self.pos = pos + 5
+                    try:
+                        stack.append(memo[index])
+                    except KeyError:
+                        raise UnpicklingError(f"memo key {index} not found at offset {self.pos}") from None
+                    continue
+                if op == 0x58 or op == 0x8C:  # BINUNICODE, SHORT_BINUNICODE
+                    if op == 0x58:
+                        if pos + 5 > end:
+                            break
+                        start = pos + 5
+                        stop = start + unpack_u32(data, pos + 1)[0]
+                    else:
+                        if pos + 2 > end:
+                            break
+                        start = pos + 2
+                        stop = start + data[pos + 1]
+                    if stop > end:
+                        break
+                    self.pos = stop
+                    stack.append(_unicode_text(data[start:stop], self, "utf-8"))
+                    continue
+                if op == 0x4B:  # BININT1
+                    if pos + 2 > end:
+                        break
+                    stack.append(data[pos + 1])
+                    self.pos = pos + 2
+                    continue
+                if op == 0x74:  # TUPLE
+                    self.pos = pos + 1
+                    items = self._pop_mark()
+                    self.stack.append(tuple(items))
+                    continue
+                self.pos = pos + 1
+                if op == 0x29:  # EMPTY_TUPLE
+                    stack.append(())
+                elif op == 0x89:  # NEWFALSE
+                    stack.append(False)
+                else:  # TUPLE1, TUPLE2, TUPLE3
+                    n = op - 0x84
+                    if len(stack) < n:
+                        raise UnpicklingError(f"stack underflow at offset {pos}")
+                    items = tuple(stack[-n:])
+                    del stack[-n:]
+                    stack.append(items)
+                continue
+            self.pos = pos + 1
             handler = dispatch.get(op)
             if handler is None:
-                raise UnpicklingError(f"unknown or refused opcode 0x{op:02x} at offset {self.pos - 1}")
+                raise UnpicklingError(f"unknown or refused opcode 0x{op:02x} at offset {pos}")
             if handler is _stop:
                 return self._pop()
             handler(self)
+        # A fast-path opcode whose argument runs past the end: let its handler report it.
+        self.pos += 1
+        _DISPATCH[data[self.pos - 1]](self)
+        raise AssertionError("unreachable")
+
+
+_U32 = struct.Struct("<I")
+_INLINE = frozenset({0x71, 0x72, 0x94, 0x68, 0x6A, 0x58, 0x8C, 0x4B, 0x74, 0x29, 0x89, 0x85, 0x86, 0x87})
 
 
 HASH_BUDGET = 1000
