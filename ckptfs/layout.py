@@ -87,6 +87,8 @@ INDEX_INO = 3
 FIRST_BLOCK_INO = 16
 SLOTS = 4
 """Inode numbers per child: the entry, its sidecar, and two kept for later views."""
+DIR_CACHE_SIZE = 4096
+"""Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
 
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
 _ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
@@ -240,6 +242,7 @@ class Layout:
         self._kids: dict[int, list[tuple[Key, Any]]] = {}
         self._home: dict[int, tuple[Any, int]] = {}
         self._block: dict[int, int] = {}
+        self._dirs: dict[str, Dir] = {}
         self._walk(top)
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
@@ -279,16 +282,35 @@ class Layout:
 
     def lookup(self, path: str) -> Node | None:
         """The node at an absolute path inside the mount (``/`` is the root), or None."""
-        node: Node = self.root
         if path == "/":
-            return node
-        for name in path[1:].split("/"):
-            if not isinstance(node, Dir):
+            return self.root
+        parent, _, name = path.rpartition("/")
+        directory = self._directory(parent)
+        return None if directory is None else self.entries(directory).get(name)
+
+    def _directory(self, path: str) -> Dir | None:
+        """The directory at ``path`` (``""`` for the root), or None.
+
+        Every FUSE request names its full path: resolving it from the nearest
+        cached ancestor keeps a request's cost from growing with its depth.
+        """
+        unresolved: list[tuple[str, str]] = []
+        node = self._dirs.get(path)
+        while node is None and path:
+            parent, _, name = path.rpartition("/")
+            unresolved.append((path, name))
+            path = parent
+            node = self._dirs.get(path)
+        if node is None:
+            node = self.root
+        for full, name in reversed(unresolved):
+            child = self.entries(node).get(name)
+            if not isinstance(child, Dir):
                 return None
-            found = self.entries(node).get(name)
-            if found is None:
-                return None
-            node = found
+            if len(self._dirs) >= DIR_CACHE_SIZE:
+                # Starting over rather than evicting one at a time: cheap, thread-safe, and still bounded.
+                self._dirs.clear()
+            self._dirs[full] = node = child
         return node
 
     def entries(self, directory: Dir) -> dict[str, Node]:

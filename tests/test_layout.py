@@ -167,6 +167,21 @@ def test_shared_reference_bomb_is_small(tmp_path: Path) -> None:
         assert [t["file"] for t in index["tensors"]] == [deep[1:] + "/0"]
 
 
+def test_lookup_resolves_deep_paths_with_a_bounded_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ckptfs.layout, "DIR_CACHE_SIZE", 8)
+    path = write_raw_archive(tmp_path / "deep.pt", b"\x80\x02" + b"]" * 30 + b"K\x07" + b"a" * 30 + b".")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        for depth in [30, 1, 29, 5, 30]:
+            node = layout.lookup("/" + "/".join(["0"] * depth))
+            assert node is not None and layout.path_of(node) == "/".join(["0"] * depth)
+            assert len(layout._dirs) <= 8
+        leaf = "/" + "/".join(["0"] * 30)
+        assert layout.content(layout.lookup(leaf)) == b"7\n"  # type: ignore[arg-type]
+        assert layout.lookup(leaf + "/0") is None and layout.lookup(leaf + "/0/0") is None
+        assert layout.lookup("/0/1") is None and layout.lookup("/0/1/0") is None
+
+
 def test_cycle_links_to_an_ancestor(tmp_path: Path) -> None:
     # root = [inner, inner] with inner = [root]
     path = write_raw_archive(tmp_path / "cycle.pt", b"\x80\x02]q\x00(]q\x01h\x00ah\x01e.")
