@@ -16,7 +16,7 @@ from typing import Any
 from ckptfs import rebuild
 from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, TruncatedPickleError, UnsupportedError
-from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
+from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
 from ckptfs.sources import ByteSource
@@ -57,12 +57,8 @@ class _LegacyStorages:
         return storage
 
     def _storage(self, key: str, dtype: Any, location: str, numel: int) -> Storage:
-        known = self.storages.get(key)
+        known = shared_storage(self.storages, key, dtype, numel)
         if known is not None:
-            if known.nbytes != numel * dtype.itemsize:
-                raise CorruptCheckpointError(
-                    f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"
-                )
             return known
         storage = Storage(key, dtype, location, numel, f"legacy:{key}")
         self.storages[key] = storage

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ckptfs.dtypes import DType
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model import Storage
 from ckptfs.unpickle import Global, short_repr
@@ -39,3 +40,13 @@ def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str
     if type(numel) is not int or numel < 0:
         raise CorruptCheckpointError(f"storage {key!r} has a bad element count {short_repr(numel)}")
     return cls, key, location, numel, pid[5] if tuple_length > 5 else None
+
+
+def shared_storage(storages: dict[str, Storage], key: str, dtype: DType, numel: int) -> Storage | None:
+    """The storage already met under ``key``, checked to have the size this reference declares."""
+    known = storages.get(key)
+    if known is not None and known.nbytes != numel * dtype.itemsize:
+        raise CorruptCheckpointError(
+            f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"
+        )
+    return known

@@ -7,7 +7,7 @@ from typing import Any
 from ckptfs import rebuild
 from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
-from ckptfs.formats.parsed import ParsedCheckpoint, storage_persistent_id
+from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
@@ -35,12 +35,8 @@ class _StorageTable:
         dtype = dtype_of_storage_class(cls.module, cls.name)
         if dtype is None:
             raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
-        known = self.storages.get(key)
+        known = shared_storage(self.storages, key, dtype, numel)
         if known is not None:
-            if known.nbytes != numel * dtype.itemsize:
-                raise CorruptCheckpointError(
-                    f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"
-                )
             return known
         record = f"{self.directory}/{key}"
         entry = self.archive.entry(record)

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
 
-
-def mount_points() -> dict[str, str]:
-    """Mount point → file system type, from /proc/self/mountinfo."""
-    points = {}
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            fields = line.split()
-            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
-            points[os.fsdecode(point)] = os.fsdecode(fields[fields.index(b"-") + 1])
-    return points
+from mount.helpers import mount_points
 
 
 def holders(path: Path) -> list[int]:
