@@ -48,7 +48,6 @@ STATFS_BLOCK = 4096
 
 _STAT = mfusepy.c_stat
 _STAT_SIZE = ctypes.sizeof(_STAT)
-_VOID_PP = ctypes.POINTER(ctypes.c_void_p)
 _VOIDP = ctypes.c_void_p
 _FuseOSError = mfusepy.FuseOSError
 
@@ -197,7 +196,8 @@ class CheckpointFS:
         self.checkpoint.read(tensor, 0, 1)
         return OpenFile(path, size, fd=self._fd, start=ranges[0][0])
 
-    def read_buf(self, bufpp: Any, size: int, offset: int, handle: int) -> int:
+    def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:
+        """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one."""
         opened = self._files.get(handle)
         if opened is None:
             return -errno.EBADF
@@ -222,20 +222,8 @@ class CheckpointFS:
                 log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
                 return -errno.EIO
             address = libfuse.memory_bufvec(data)
-        ctypes.cast(bufpp, _VOID_PP)[0] = address
+        _VOIDP.from_address(bufpp).value = address
         return 0
-
-    def read_buf_raw(self, bufpp: int, size: int, offset: int, handle: int) -> int:
-        """The common case (a tensor stored as one range) with no ctypes pointer objects; else read_buf."""
-        opened = self._files.get(handle)
-        if opened is not None and opened.fd >= 0 and 0 < size and offset < opened.size:
-            count = min(size, opened.size - offset)
-            if os.fstat(opened.fd).st_size < opened.start + offset + count:
-                log.error("%s: read of %d bytes at offset %d: the source was truncated", opened.path, count, offset)
-                return -errno.EIO
-            _VOIDP.from_address(bufpp).value = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
-            return 0
-        return self.read_buf(ctypes.cast(bufpp, _VOID_PP), size, offset, handle)
 
     def release(self, path: str, handle: int) -> int:
         self._files.pop(handle, None)
@@ -286,7 +274,7 @@ class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
     def read_buf(self, path: int, bufpp: int, size: int, offset: int, fip: int) -> int:
         """Raw addresses (see _FastReadBuf): no path bytes, no pointer objects, no mfusepy wrapper."""
         try:
-            return self.operations.read_buf_raw(bufpp, size, offset, _U64.from_address(fip + _FH_OFFSET).value)
+            return self.operations.read_buf(bufpp, size, offset, _U64.from_address(fip + _FH_OFFSET).value)
         except BaseException:
             log.exception("read_buf")
             return -errno.EIO
