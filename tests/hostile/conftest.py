@@ -14,6 +14,7 @@ import pytest
 
 from hostile.cases import CASES, Env
 from hostile.mounting import Mounts
+from mount.helpers import require_fuse
 from hostile.seeds import SEED_NAMES, write_seeds
 
 HERE = Path(__file__).resolve().parent
@@ -92,12 +93,7 @@ def hostile_files(tmp_path_factory: pytest.TempPathFactory, env: Env) -> dict[st
 
 @pytest.fixture
 def fuse() -> None:
-    """Mount tests run wherever /dev/fuse exists; without it they skip, or fail under CKPTFS_REQUIRE_FUSE=1."""
-    if os.path.exists("/dev/fuse"):
-        return
-    if os.environ.get("CKPTFS_REQUIRE_FUSE") == "1":
-        pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing")
-    pytest.skip("/dev/fuse is missing")
+    require_fuse()
 
 
 @pytest.fixture

@@ -6,23 +6,18 @@ CKPTFS_REQUIRE_FUSE=1 (as in CI).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from corpus import CorpusFile
-from mount.helpers import Mounter
+from mount.helpers import Mounter, require_fuse
 
 
 @pytest.fixture(scope="session", autouse=True)
 def fuse_device() -> None:
-    if os.path.exists("/dev/fuse"):
-        return
-    if os.environ.get("CKPTFS_REQUIRE_FUSE") == "1":
-        pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing: the mount tests cannot run")
-    pytest.skip("/dev/fuse is missing")
+    require_fuse()
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from ckptfs.layout import entry_name
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
@@ -100,3 +102,12 @@ def _gone(pid: int) -> bool:
 def tensor_file(mnt: Path, path: tuple[Any, ...]) -> Path:
     """Where a tensor path lives in the mount (through symlinks for shared objects)."""
     return mnt.joinpath(*(entry_name(key) for key in path))
+
+
+def require_fuse() -> None:
+    """Mount tests run wherever /dev/fuse exists; without it they skip, or fail under CKPTFS_REQUIRE_FUSE=1."""
+    if os.path.exists("/dev/fuse"):
+        return
+    if os.environ.get("CKPTFS_REQUIRE_FUSE") == "1":
+        pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing: the mount tests cannot run")
+    pytest.skip("/dev/fuse is missing")
