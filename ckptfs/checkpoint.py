@@ -23,6 +23,7 @@ class Checkpoint:
 
     def __init__(self, source: ByteSource, parsed: ParsedCheckpoint, limits: Limits = Limits()) -> None:
         self.source = source
+        self.limits = limits
         self.path = source.name
         self.format = parsed.format
         self.byteorder = parsed.byteorder

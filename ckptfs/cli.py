@@ -78,18 +78,25 @@ def _parse_limit(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+def _add_limit_option(parser: argparse.ArgumentParser, dest: str) -> None:
+    """``--limit`` before or after the command (two destinations: a command's namespace replaces the top one's)."""
+    parser.add_argument("--limit", action="append", type=_parse_limit, default=[], dest=dest, metavar="NAME=VALUE",
+                        help="raise a safety limit, e.g. --limit max_pickle_bytes=4294967296")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckptfs", description="Read PyTorch checkpoints without torch.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks (and, when mounting, log requests)")
-    parser.add_argument("--limit", action="append", type=_parse_limit, default=[], metavar="NAME=VALUE",
-                        help="raise a safety limit, e.g. --limit max_pickle_bytes=4294967296")
+    _add_limit_option(parser, "limit")
     sub = parser.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="one line per tensor: path, dtype, shape, size")
     ls.add_argument("file")
+    _add_limit_option(ls, "command_limit")
     ls.set_defaults(run=cmd_ls)
     info = sub.add_parser("info", help="checkpoint summary; --json for every tensor and the whole tree")
     info.add_argument("file")
     info.add_argument("--json", action="store_true")
+    _add_limit_option(info, "command_limit")
     info.set_defaults(run=cmd_info)
     mnt = sub.add_parser("mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
                          description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once "
@@ -103,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     mnt.add_argument("--allow-other", action="store_true", help="let other users see the mount (FUSE allow_other)")
     mnt.add_argument("--multithreaded", action="store_true",
                      help="answer requests on several threads (default: one, which streams fastest)")
+    _add_limit_option(mnt, "command_limit")
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount a ckptfs mount (also a dead one whose daemon was killed)")
     umount.add_argument("mountpoint", metavar="MOUNTPOINT")
@@ -115,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.limits = Limits(**dict(args.limit))
+    args.limits = Limits(**dict(args.limit + getattr(args, "command_limit", [])))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

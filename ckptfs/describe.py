@@ -29,10 +29,13 @@ SET_DEPTH = 8
 """Sets nested deeper than this inside a set are shown as ``$repr``; sets are leaves, not walked."""
 
 
-def tensor_metadata(tensor: Tensor) -> dict[str, Any]:
-    """Everything a reader of the tensor's bytes needs to know, as JSON-ready values."""
+def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
+    """Everything a reader of the tensor's bytes needs to know, as JSON-ready values.
+
+    ``path`` stands in for the encoded key path (sidecars put in text they made already).
+    """
     meta: dict[str, Any] = {
-        "path": [encode_key(k) for k in tensor.path],
+        "path": [encode_key(k) for k in tensor.path] if path is None else path,
         "dtype": tensor.dtype.name,
         "numpy_dtype": tensor.numpy_dtype,
         "shape": list(tensor.shape),

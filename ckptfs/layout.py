@@ -16,7 +16,10 @@ What the mount shows
   occurrence is a relative symlink to it (a tensor's sidecar too).
 * ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
   API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
-  and every other entry (directories, values, links) with its keys and file.
+  and every other entry (directories, values, links). Each tensor and entry
+  has an ``id`` (pre-order; the root directory is 0) and its ``parent``'s id;
+  entries give their own ``key`` and ``name`` only, and a link its ``target``'s
+  id, so the index grows with the number of entries and not with their depth.
 * A checkpoint whose root object is not a container (``torch.save(tensor)``)
   shows that object as ``/%root``.
 
@@ -67,7 +70,9 @@ from typing import Any, Iterator
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.describe import encode_key, encode_leaf
 from ckptfs.jsontext import dumps
+from ckptfs.errors import LimitExceededError
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
+from ckptfs.pathtext import PathTexts
 from ckptfs.sidecar import SidecarMaker
 from ckptfs.tree import children, is_container
 from ckptfs.unpickle import PickledObject
@@ -76,6 +81,7 @@ META_SUFFIX = ".json"
 RESERVED_SUFFIXES = (".json", ".npy", ".safetensors")
 CONTROL_DIR = ".ckptfs"
 INDEX_NAME = "index.json"
+INDEX_VERSION = 2
 ROOT_VALUE_NAME = "%root"
 MAX_NAME_BYTES = 240
 CUT_NAME_BYTES = 200
@@ -251,7 +257,8 @@ class Layout:
         self.control.listing = [index]
         self._lock = threading.RLock()
         self._index: bytes | None = None
-        self._sidecar = SidecarMaker()
+        self._paths = PathTexts(checkpoint.limits.max_generated_bytes)
+        self._sidecar = SidecarMaker(self._paths)
 
     def _walk(self, top: Any) -> None:
         """Finds each shared object's first place and gives each container its inode block.
@@ -429,17 +436,28 @@ class Layout:
             return self._index
 
     def _make_index(self) -> bytes:
-        """One pass over the whole tree: tensors (in pickle order) and every other entry, a JSON object a line."""
+        """One pre-order pass over the tree: tensors (in pickle order) and every other entry, a JSON object a line.
+
+        Entries name their parent by id rather than repeating their key path, so
+        the index grows with the number of entries, not with their depth. A
+        tensor's ``path`` and ``file`` are spelled out: joined from texts made
+        once per directory, not re-encoded key by key.
+        """
         ck = self.checkpoint
-        head = {"ckptfs_index": 1, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
+        budget = ck.limits.max_generated_bytes
+        head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
                 "tensor_count": len(ck.tensors)}
         # Lines go straight into two buffers (tensors, other entries): no list of lines, no text copy.
         tensors, entries = bytearray(), bytearray()
-        if not self._boxed:
-            entries += _line({"file": ".", "path": [], **_container_kind(self.root.value)})
-        stack: list[tuple[Iterator[Node], str, tuple[Key, ...]]] = [(iter(self.listing(self.root)), "", ())]
+        root_kind = {"kind": "dir"} if self._boxed else _container_kind(self.root.value)
+        entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
+        ids: dict[int, int] = {} if self._boxed else {id(self.root.value): 0}
+        next_id = 1
+        # Per open directory: its listing, its id, and the names on the way to it.
+        stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(self.listing(self.root)), 0, [])]
+        last_folders, folder_text = stack[0][2], '"'
         while stack:
-            nodes, prefix, keys = stack[-1]
+            nodes, parent_id, folders = stack[-1]
             node = next(nodes, None)
             if node is None:
                 stack.pop()
@@ -447,29 +465,35 @@ class Layout:
             kind = node.kind
             if kind is Kind.META or kind is Kind.META_LINK or node is self.control:
                 continue
-            file = prefix + node.name
+            if len(tensors) + len(entries) > budget:
+                raise LimitExceededError(f"{INDEX_NAME} would exceed {budget} bytes (limit max_generated_bytes)")
+            node_id, next_id = next_id, next_id + 1
+            if kind is Kind.TENSOR or isinstance(node, Dir):
+                ids[id(node.value)] = node_id
             if kind is Kind.TENSOR:
                 tensor: Tensor = node.value
-                tensors += _line({"path": [encode_key(k) for k in tensor.path], "file": file,
-                                  "sidecar": file + META_SUFFIX, "dtype": tensor.dtype.name,
-                                  "shape": list(tensor.shape), "nbytes": tensor.nbytes})
+                if folders is not last_folders:
+                    # JSON text without its closing quote: escaping is per character, so it joins with the name's.
+                    last_folders, folder_text = folders, dumps("".join(name + "/" for name in folders))[:-1]
+                name = dumps(node.name)[1:]
+                tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {self._paths.path_text(tensor.trail)}, '
+                            f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{META_SUFFIX}", '
+                            f'"dtype": {dumps(tensor.dtype.name)}, "shape": {dumps(list(tensor.shape))}, '
+                            f'"nbytes": {tensor.nbytes}}},\n').encode()
                 continue
-            path = keys if self._boxed and node.parent is self.root else keys + (node.key,)
-            entry: dict[str, Any] = {"file": file, "path": [encode_key(k) for k in path]}
+            line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {dumps(node.name)}'
+            if not (self._boxed and node.parent is self.root):
+                line += ', "key": ' + dumps(encode_key(node.key))
             if isinstance(node, Dir):
-                entry.update(_container_kind(node.value))
-                stack.append((iter(self.listing(node)), file + "/", path))
+                line += ", " + dumps(_container_kind(node.value))[1:]
+                stack.append((iter(self.listing(node)), node_id, [*folders, node.name]))
             elif kind is Kind.LINK:
-                entry.update(kind="link", target=self.path_of(self.node_of(node.value)))
+                line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
             else:
-                entry.update(kind="value", value=encode_leaf(node.value))
-            entries += _line(entry)
+                line += f', "kind": "value", "value": {dumps(encode_leaf(node.value))}}}'
+            entries += (line + ",\n").encode()
         return b"".join([dumps(head)[:-1].encode(), b',\n"tensors": [\n', memoryview(tensors)[:-2],
                          b'\n],\n"entries": [\n', memoryview(entries)[:-2], b"\n]}\n"])
-
-
-def _line(item: dict[str, Any]) -> bytes:
-    return dumps(item).encode() + b",\n"
 
 
 def _ancestry(node: Node | None) -> list[Node]:

@@ -43,6 +43,12 @@ class Limits:
     """Containers and leaves visited when walking the object tree (each object once)."""
     max_tree_depth: int = 1_000
     """Nesting depth of containers; deeper subtrees fail to open."""
+    max_generated_bytes: int = 256 << 20
+    """Largest file a mount generates (``/.ckptfs/index.json``, a sidecar).
+
+    Long keys repeated at every level of a deep tree make key paths of
+    gigabytes from a small file; such a file reads as an I/O error (logged)
+    and lists with size 0."""
 
     @classmethod
     def names(cls) -> list[str]:

@@ -6,31 +6,36 @@ in where they are — path, storage key and record, offsets in the source —
 share the rest of their metadata; that rest is rendered once per family, with
 markers where the per-tensor values go, and each sidecar is the template with
 the markers filled in. Uncommon tensors (quantized, without data, held in the
-pickle) are rendered whole. The output is byte-for-byte what
-``json.dumps(tensor_metadata(t))`` gives (tests compare them).
+pickle) are rendered whole. The key path's text comes from ``PathTexts``
+(cached per parent, bounded by ``max_generated_bytes``). The output is
+byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from ckptfs.describe import encode_key, source_ranges, tensor_metadata
+from ckptfs.describe import source_ranges, tensor_metadata
 from ckptfs.jsontext import dumps
+from ckptfs.limits import Limits
 from ckptfs.model import Tensor
+from ckptfs.pathtext import PathTexts
 
 _Getter = Callable[[Tensor], Any]
 _VARYING: dict[str, _Getter] = {
-    "path": lambda t: [encode_key(k) for k in t.path],
     "key": lambda t: t.storage.key,  # type: ignore[union-attr]
     "record": lambda t: t.storage.record,  # type: ignore[union-attr]
     "offset": lambda t: t.storage.offset,  # type: ignore[union-attr]
     "source_ranges": source_ranges,
 }
-"""The per-tensor values of a sidecar, by marker name."""
+"""The per-tensor values of a sidecar besides its path (always its first field), by marker name."""
 
 
 def _marker(name: str) -> str:
     return f"\x00ckptfs:{name}\x00"
+
+
+_PATH = _marker("path")
 
 
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
@@ -46,28 +51,34 @@ def _family(tensor: Tensor) -> tuple[Any, ...] | None:
 class SidecarMaker:
     """Sidecar bytes of tensors, one template per family (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, paths: PathTexts | None = None) -> None:
+        self._paths = paths or PathTexts(Limits().max_generated_bytes)
         self._templates: dict[tuple[Any, ...], tuple[str, list[_Getter]]] = {}
 
     def __call__(self, tensor: Tensor) -> bytes:
+        path = self._paths.path_text(tensor.trail)
         family = _family(tensor)
         if family is None:
-            return (dumps(tensor_metadata(tensor)) + "\n").encode("ascii")
+            text = dumps(_with_path_marker(tensor)).replace(dumps(_PATH), path, 1)
+            return (text + "\n").encode("ascii")
         template = self._templates.get(family)
         if template is None:
             template = self._templates[family] = _template(tensor)
         text, getters = template
-        return text.format(*[dumps(get(tensor)) for get in getters]).encode("ascii")
+        return text.format(path, *[dumps(get(tensor)) for get in getters]).encode("ascii")
+
+
+def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
+    return tensor_metadata(tensor, path=_PATH)
 
 
 def _template(tensor: Tensor) -> tuple[str, list[_Getter]]:
-    """The tensor's sidecar as a ``str.format`` template, and what fills its fields, in order."""
-    meta = tensor_metadata(tensor)
-    meta["path"] = _marker("path")
+    """The tensor's sidecar as a ``str.format`` template, and what fills its fields after the path, in order."""
+    meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
     for name in ("key", "record", "offset"):
         meta["storage"][name] = _marker(name)
-    text = dumps(meta).replace("{", "{{").replace("}", "}}") + "\n"
+    text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{}", 1) + "\n"
     placed = sorted((text.index(dumps(_marker(name))), name) for name in _VARYING)
     for _, name in placed:
         text = text.replace(dumps(_marker(name)), "{}")

@@ -118,9 +118,14 @@ def test_bad_file_is_one_line_on_stderr(tmp_path: Path, make: Any, reason: str, 
     assert result.stderr.startswith(f"ckptfs: {path}: ") and reason in result.stderr
 
 
-def test_limit_option_reaches_the_reader(corpus: dict[str, CorpusFile]) -> None:
+@pytest.mark.parametrize("command", ["ls", "info"])
+def test_limit_option_reaches_the_reader(corpus: dict[str, CorpusFile], command: str) -> None:
+    """--limit before or after the command; after it wins."""
     path = corpus["r1_views_containers"].path
-    result = run("--limit", "max_tree_depth=2", "ls", path)
-    assert result.returncode == 1
-    assert result.stderr.strip() == f"ckptfs: {path}: object tree nests deeper than 2 (limit max_tree_depth)"
-    assert run("--limit", "max_tree_depth=5", "ls", path).returncode == 0
+    for argv in (["--limit", "max_tree_depth=2", command, path], [command, "--limit", "max_tree_depth=2", path],
+                 ["--limit", "max_tree_depth=5", command, "--limit", "max_tree_depth=2", path]):
+        result = run(*argv)
+        assert result.returncode == 1
+        assert result.stderr.strip() == f"ckptfs: {path}: object tree nests deeper than 2 (limit max_tree_depth)"
+    assert run("--limit", "max_tree_depth=5", command, path).returncode == 0
+    assert run("--limit", "max_tree_depth=2", command, "--limit", "max_tree_depth=5", path).returncode == 0

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptfs
-from ckptfs.describe import encode_key, tensor_metadata
+from ckptfs.describe import encode_key, encode_leaf, tensor_metadata
 from ckptfs.layout import (
     CONTROL_DIR,
     INDEX_NAME,
@@ -30,9 +30,11 @@ from ckptfs.layout import (
     key_of_name,
     value_bytes,
 )
-from ckptfs.model import Storage, Tensor
+from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.sidecar import SidecarMaker
+from ckptfs.unpickle import PickledObject
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
+from index_files import files_by_id
 from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
 
 _keys = st.one_of(
@@ -204,8 +206,16 @@ def test_root_that_is_a_tensor(tmp_path: Path) -> None:
         layout = Layout(ck)
         assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + META_SUFFIX]
         index = json.loads(layout.index_bytes())
-        assert index["tensors"][0]["path"] == [] and index["tensors"][0]["file"] == ROOT_VALUE_NAME
-        assert index["entries"] == []
+        assert index["tensors"] == [{"id": 1, "parent": 0, "path": [], "file": ROOT_VALUE_NAME,
+                                     "sidecar": ROOT_VALUE_NAME + META_SUFFIX, "dtype": "int32", "shape": [4],
+                                     "nbytes": 16}]
+        assert index["entries"] == [{"id": 0, "name": "", "kind": "dir"}]
+
+
+def index_kind(container: Any) -> str:
+    kinds = {dict: "dict", list: "list", tuple: "tuple", SparseTensor: "sparse", NestedTensor: "nested",
+             PickledObject: "object"}
+    return next(kind for cls, kind in kinds.items() if isinstance(container, cls))
 
 
 @pytest.mark.parametrize("name", CORPUS_NAMES)
@@ -213,20 +223,30 @@ def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name:
     with ckptfs.open(corpus[name].path) as ck:
         layout = Layout(ck)
         index = json.loads(layout.index_bytes())
+        assert index["ckptfs_index"] == 2
         assert index["tensor_count"] == len(ck.tensors) == len(index["tensors"])
+        files = files_by_id(index)
+        assert sorted(files) == list(range(len(files)))
         for tensor, listed in zip(ck.tensors, index["tensors"]):
             assert listed["path"] == [encode_key(k) for k in tensor.path]
             node = layout.lookup("/" + listed["file"])
             assert node is not None and node.value is tensor and node.kind is Kind.TENSOR
             assert layout.lookup("/" + listed["sidecar"]) is not None
-        for entry in index["entries"]:
-            node = layout.lookup("/" + entry["file"]) if entry["file"] != "." else layout.root
-            assert node is not None
+        root = index["entries"][0]
+        assert root["id"] == 0 and "parent" not in root and root["kind"] == index_kind(ck.root)
+        for entry in index["entries"][1:]:
+            node = layout.lookup("/" + files[entry["id"]])
+            assert node is not None and node.name == entry["name"]
+            assert entry["key"] == encode_key(node.key)
+            if "%~" not in node.name:
+                assert key_of_name(node.name) == entry["key"]
             if entry["kind"] == "value":
-                assert json.loads(json.dumps(entry["value"])) == entry["value"]
+                assert node.kind is Kind.VALUE and entry["value"] == json.loads(json.dumps(encode_leaf(node.value)))
             elif entry["kind"] == "link":
                 assert node.kind is Kind.LINK
-                assert layout.lookup("/" + entry["target"]) is layout.node_of(node.value)
+                assert layout.lookup("/" + files[entry["target"]]) is layout.node_of(node.value)
+            else:
+                assert isinstance(node, Dir) and entry["kind"] == index_kind(node.value)
         assert layout.lookup(f"/{CONTROL_DIR}/{INDEX_NAME}") is not None
 
 

@@ -332,6 +332,13 @@ def deep_then_wide(width: int) -> bytes:
     return zip_checkpoint(pickle(EMPTY_LIST * 990 + lst(*[i(1)] * width) + APPEND * 990))
 
 
+def deep_then_wide_tensors(width: int) -> bytes:
+    """``width`` tensors (views of one 4-float storage) in a list at depth 990."""
+    storage = storage_pid("FloatStorage", "0", 4) + put(0)
+    tensors = [tensor_v2(storage if n == 0 else get(0), i(0), ints(4), ints(1)) for n in range(width)]
+    return zip_checkpoint(pickle(EMPTY_LIST * 990 + lst(*tensors) + APPEND * 990), {"0": FLOATS})
+
+
 def _tensor_zip(size: bytes = ints(4), stride: bytes = ints(1), offset: bytes = i(0), numel: int = 4,
                 cls: str = "FloatStorage", data: bytes = FLOATS) -> bytes:
     return zip_checkpoint(pickle(tensor_v2(storage_pid(cls, "0", numel), offset, size, stride)), {"0": data})

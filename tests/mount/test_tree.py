@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -14,9 +15,11 @@ import torch
 import ckptfs
 from ckptfs.describe import encode_key, tensor_metadata
 from ckptfs.layout import entry_name
+from index_files import files_by_id
 from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
 from mount.helpers import Mounter
 from test_layout import dag_bomb
+from test_pathtext import long_paths
 
 pytestmark = pytest.mark.mount
 
@@ -52,12 +55,13 @@ def test_sidecars_and_index(corpus: dict[str, CorpusFile], corpus_mounts: dict[s
             assert json.loads((mnt / listed["sidecar"]).read_text()) == json.loads(
                 json.dumps(tensor_metadata(tensor)))
             assert (mnt / listed["file"]).stat().st_size == tensor.nbytes
+    files = files_by_id(index)
     for entry in index["entries"]:
-        target = mnt / entry["file"]
+        target = mnt / files[entry["id"]]
         if entry["kind"] == "value":
             assert target.is_file() and not target.is_symlink()
         elif entry["kind"] == "link":
-            assert target.is_symlink() and target.resolve() == (mnt / entry["target"]).resolve()
+            assert target.is_symlink() and target.resolve() == (mnt / files[entry["target"]]).resolve()
         else:
             assert target.is_dir() and not target.is_symlink()
 
@@ -122,3 +126,17 @@ def test_inode_numbers_are_stable(corpus: dict[str, CorpusFile], mounter: Mounte
     first = inode_numbers(mounter(corpus["r1_views_containers"].path))
     assert len(set(first.values())) == len(first)
     assert inode_numbers(mounter(corpus["r1_views_containers"].path)) == first
+
+
+def test_generated_files_over_the_limit_read_as_io_errors(tmp_path: Path, mounter: Mounter) -> None:
+    """max_generated_bytes: the sidecar and index of a too-long key path fail with EIO; the tensor still reads."""
+    mnt = mounter(long_paths(tmp_path / "long_paths.pt", key_length=100), "--limit", "max_generated_bytes=2000")
+    files = walk_files(mnt)
+    (tensor,) = [f for f in files if f.count("/") == 30 and not f.endswith(".json")]
+    assert (mnt / tensor).read_bytes() == torch.tensor([1.0, 2.0, 3.0, 4.0]).numpy().tobytes()
+    for generated in (mnt / (tensor + ".json"), mnt / ".ckptfs" / "index.json"):
+        assert generated.stat().st_size == 0
+        with pytest.raises(OSError) as failed:
+            generated.read_bytes()
+        assert failed.value.errno == errno.EIO
+    assert (mnt / tensor).read_bytes()[:4] == torch.tensor([1.0]).numpy().tobytes()

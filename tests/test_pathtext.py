@@ -1,0 +1,93 @@
+"""Key path texts: equal to encoding the path key by key, cached per parent, bounded by max_generated_bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ckptfs
+from ckptfs import LimitExceededError, Limits
+from ckptfs.describe import encode_key
+from ckptfs.layout import Layout
+from ckptfs.pathtext import PathTexts
+import ckptfs.pathtext as pathtext
+from hostile.cases import FLOATS
+from hostile.containers import zip_checkpoint
+from hostile.picklegen import EMPTY_DICT, SETITEM, get, i, ints, pickle, put, s, storage_pid, tensor_v2
+
+_keys = st.one_of(st.text(max_size=4), st.integers(-5, 5), st.tuples(st.integers(0, 2)), st.binary(max_size=3),
+                  st.none(), st.floats(allow_nan=True))
+
+
+def _trail(keys: list[Any], base: Any = None) -> Any:
+    for key in keys:
+        base = (key, base)
+    return base
+
+
+@settings(max_examples=200, deadline=None)
+@given(branches=st.lists(st.tuples(st.integers(0, 3), st.lists(_keys, max_size=6)), min_size=1, max_size=12),
+       cache=st.integers(1, 8))
+def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], cache: int) -> None:
+    """Trails that share prefixes, asked for in any order, with a cache small enough to be cleared often."""
+    texts = PathTexts(1 << 20)
+    trails: list[Any] = [None]
+    for parent, keys in branches:
+        trails.append(_trail(keys, trails[parent % len(trails)]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pathtext, "CACHED_TRAILS", cache)
+        for trail in trails + trails[::-1]:
+            keys = []
+            node = trail
+            while node is not None:
+                keys.append(node[0])
+                node = node[1]
+            assert texts.path_text(trail) == json.dumps([encode_key(k) for k in reversed(keys)])
+
+
+def test_a_path_longer_than_the_limit_fails() -> None:
+    trail = _trail(["k" * 100] * 20)
+    assert len(PathTexts(1 << 20).path_text(trail)) == 20 * 102 + 19 * 2 + 2
+    with pytest.raises(LimitExceededError, match=r"key path's JSON text exceeds 1000 bytes \(limit max_generated_bytes\)"):
+        PathTexts(1000).path_text(trail)
+
+
+def long_paths(path: Path, key_length: int = 200) -> Path:
+    """One tensor 31 dicts deep, every key the same str: a 31-key path, 6 KB of text for 200 characters a key."""
+    data = zip_checkpoint(pickle(
+        EMPTY_DICT + s("k" * key_length) + put(0)
+        + b"".join(EMPTY_DICT + get(0) for _ in range(30))
+        + tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(4), ints(1))
+        + SETITEM * 31), {"0": FLOATS})
+    path.write_bytes(data)
+    return path
+
+
+def test_generated_files_are_bounded(tmp_path: Path) -> None:
+    """The index and sidecars of a file whose key paths are long fail with LimitExceededError, nothing else."""
+    path = long_paths(tmp_path / "long_paths.pt")
+    with ckptfs.open(path, Limits(max_generated_bytes=4000)) as ck:
+        layout = Layout(ck)
+        (tensor,) = ck.tensors
+        assert len(tensor.path) == 31
+        node = layout.node_of(tensor)
+        assert layout.size(node) == tensor.nbytes
+        sidecar = layout.lookup("/" + layout.path_of(node) + ".json")
+        assert sidecar is not None
+        with pytest.raises(LimitExceededError, match="limit max_generated_bytes"):
+            layout.content(sidecar)
+        with pytest.raises(LimitExceededError, match="limit max_generated_bytes"):
+            layout.index_bytes()
+    with ckptfs.open(path, Limits(max_generated_bytes=12000)) as ck:
+        with pytest.raises(LimitExceededError, match=r"index.json would exceed 12000 bytes \(limit max_generated_bytes\)"):
+            Layout(ck).index_bytes()
+    with ckptfs.open(path, Limits(max_generated_bytes=40000)) as ck:
+        layout = Layout(ck)
+        meta = json.loads(layout.content(layout.lookup("/" + layout.path_of(layout.node_of(ck.tensors[0])) + ".json")))
+        assert meta["path"] == ["k" * 200] * 31
+        assert json.loads(layout.index_bytes())["tensors"][0]["path"] == ["k" * 200] * 31
