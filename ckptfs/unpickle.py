@@ -17,6 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ckptfs import tensor_record
 from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.limits import Limits
 
@@ -251,6 +252,7 @@ class SafeUnpickler:
         max_memo = self.limits.max_memo_entries
         max_depth = self.limits.max_stack_depth
         unpack_u32 = _U32.unpack_from
+        record_match = tensor_record.PATTERN.match
         while True:
             pos = self.pos
             if pos >= end:
@@ -336,6 +338,10 @@ class SafeUnpickler:
                     del stack[-n:]
                     stack.append(items)
                 continue
+            if op == 0x28:  # MARK: perhaps the start of a tensor record
+                record = record_match(data, pos)
+                if record is not None and tensor_record.apply(self, record):
+                    continue
             self.pos = pos + 1
             handler = dispatch.get(op)
             if handler is None:

@@ -1,0 +1,159 @@
+"""One step for the ~28 opcodes torch's pickler writes for each tensor of a state dict.
+
+``torch.save`` pickles a tensor as ``_rebuild_tensor_v2(storage, offset, size,
+stride, requires_grad, OrderedDict())`` with the storage as a persistent id
+``('storage', StorageClass, key, location, numel[, None])``. In bytes, after
+the rebuild function is pushed::
+
+    ( ( 'storage' StorageClass key location numel [None] t PUT Q
+        offset size stride NEWFALSE|NEWTRUE OrderedDict ) R PUT t PUT R PUT
+
+where each string and class is either a memo get or the literal and its PUT,
+numbers are BININT1/2/BININT, and the tuples are EMPTY_TUPLE, TUPLE1-3 or MARK
+… TUPLE followed by a PUT. ``SafeUnpickler`` matches this with one regular
+expression and ``apply`` does what the opcodes would do, in their order
+(memo writes, the persistent load, both calls), so the result and every
+error are the same. Anything else, including a get of a key not yet in the
+memo or a string whose declared length disagrees, is left to the opcodes.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import TYPE_CHECKING, Any
+
+from ckptfs.errors import LimitExceededError
+
+if TYPE_CHECKING:
+    from ckptfs.unpickle import SafeUnpickler
+
+_GET = rb"h(.)|j(....)"
+_PUT = rb"q(.)|r(....)"
+_STR = rb"(?:" + _GET + rb"|X(.)\x00\x00\x00([\x20-\x7e]{0,255}?)(?:" + _PUT + rb"))"
+_CLASS = rb"(?:" + _GET + rb"|c([A-Za-z0-9_.]{1,200})\n([A-Za-z0-9_]{1,200})\n(?:" + _PUT + rb"))"
+_INT = rb"(K.|M..|J....)"
+_INTS = rb"(?:K.|M..|J....)"
+_TUPLE = rb"(\)|" + _INTS + rb"{1,3}[\x85-\x87]|\(" + _INTS + rb"{0,64}t)(?:" + _PUT + rb")?"
+
+PATTERN = re.compile(
+    rb"\(\(" + _STR + _CLASS + _STR + _STR + _INT + rb"(N?)t(?:" + _PUT + rb")Q"
+    + _INT + _TUPLE + _TUPLE + rb"([\x88\x89])" + _CLASS + rb"\)R(?:" + _PUT + rb")t(?:" + _PUT + rb")R(?:"
+    + _PUT + rb")",
+    re.DOTALL,
+)
+MAX_PUTS = 11
+MAX_PUSHES = 16
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
+
+
+class _Fallback(Exception):
+    """The bytes are not the plain form: the opcodes will read them."""
+
+
+def apply(u: SafeUnpickler, match: re.Match[bytes]) -> bool:
+    """Does what the record's opcodes do; False (nothing done) when they should run instead."""
+    stack, limits = u.stack, u.limits
+    # Near a limit the opcodes run, so that limit errors come in their order.
+    if (not stack or len(u.metastack) + 2 > limits.max_stack_depth or limits.max_stack_depth < MAX_PUSHES
+            or len(u.memo) + MAX_PUTS > limits.max_memo_entries):
+        return False
+    g = match.groups()
+    try:
+        # Memo reads and writes in opcode order, before any call: until then the opcodes can
+        # still run instead (writing the same values again).
+        tag = _string(u, g, 0)
+        cls = _class(u, g, 6)
+        key = _string(u, g, 12)
+        location = _string(u, g, 18)
+        numel = _int(g[24])
+        pid = (tag, cls, key, location, numel, None) if g[25] else (tag, cls, key, location, numel)
+        _put(u, g, 26, pid)
+        size = _tuple(u, g, 29)
+        stride = _tuple(u, g, 32)
+        ordered_dict = _class(u, g, 36)
+    except _Fallback:
+        return False
+    storage = u.persistent_load(pid)
+    offset = _int(g[28])
+    requires_grad = g[35] == b"\x88"
+    metadata = u._call(ordered_dict, ())
+    _put(u, g, 42, metadata)
+    args = (storage, offset, size, stride, requires_grad, metadata)
+    _put(u, g, 44, args)
+    func = stack.pop()
+    result = u._call(func, args)
+    _put(u, g, 46, result)
+    stack.append(result)
+    u.pos = match.end()
+    return True
+
+
+def _get(u: SafeUnpickler, one: bytes | None, four: bytes | None) -> Any:
+    index = one[0] if one is not None else _U32.unpack(four)[0]  # type: ignore[arg-type]
+    try:
+        return u.memo[index]
+    except KeyError:
+        raise _Fallback from None
+
+
+def _put(u: SafeUnpickler, g: tuple[Any, ...], at: int, value: Any) -> None:
+    one, four = g[at], g[at + 1]
+    if one is None and four is None:
+        return
+    index = one[0] if one is not None else _U32.unpack(four)[0]
+    memo = u.memo
+    if index not in memo and len(memo) >= u.limits.max_memo_entries:
+        raise LimitExceededError(f"pickle memo exceeds {u.limits.max_memo_entries} entries")
+    memo[index] = value
+
+
+def _string(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> Any:
+    if g[at] is not None or g[at + 1] is not None:
+        return _get(u, g[at], g[at + 1])
+    length, text = g[at + 2], g[at + 3]
+    if length[0] != len(text):
+        raise _Fallback
+    value = text.decode("ascii")
+    _put(u, g, at + 4, value)
+    return value
+
+
+def _class(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> Any:
+    if g[at] is not None or g[at + 1] is not None:
+        return _get(u, g[at], g[at + 1])
+    value = u._global(g[at + 2].decode("ascii"), g[at + 3].decode("ascii"))
+    _put(u, g, at + 4, value)
+    return value
+
+
+def _int(raw: bytes) -> int:
+    op = raw[0]
+    if op == 0x4B:
+        return raw[1]
+    if op == 0x4D:
+        return raw[1] | raw[2] << 8
+    return _I32.unpack_from(raw, 1)[0]
+
+
+def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> tuple[int, ...]:
+    raw: bytes = g[at]
+    if raw == b")":
+        body, count = b"", 0
+    elif raw[0] == 0x28:
+        body, count = raw[1:-1], -1
+    else:
+        body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
+    values = []
+    pos = 0
+    while pos < len(body):
+        width = 2 if body[pos] == 0x4B else 3 if body[pos] == 0x4D else 5
+        values.append(_int(body[pos : pos + width]))
+        pos += width
+    if count >= 0 and len(values) != count:
+        raise _Fallback
+    value = tuple(values)
+    _put(u, g, at + 1, value)
+    return value
