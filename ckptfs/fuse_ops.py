@@ -25,6 +25,7 @@ from typing import Any, Callable, NoReturn
 
 from ckptfs import libfuse
 from ckptfs.checkpoint import Checkpoint
+from ckptfs.collector import gc_paused
 from ckptfs.describe import source_ranges
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.layout import Dir, Kind, Layout, Node
@@ -266,7 +267,8 @@ class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
 
     def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
         try:
-            return self.operations.readdir(path, buf, filler, offset, flags)
+            with gc_paused():
+                return self.operations.readdir(path, buf, filler, offset, flags)
         except Exception:
             log.exception("readdir %r", path)
             return -errno.EIO

@@ -68,6 +68,7 @@ import threading
 from typing import Any, Iterator
 
 from ckptfs.checkpoint import Checkpoint
+from ckptfs.collector import gc_paused
 from ckptfs.describe import encode_key, encode_leaf
 from ckptfs.jsontext import dumps
 from ckptfs.errors import LimitExceededError
@@ -322,7 +323,7 @@ class Layout:
 
     def entries(self, directory: Dir) -> dict[str, Node]:
         if directory.entries is None:
-            with self._lock:
+            with self._lock, gc_paused():
                 if directory.entries is None:
                     self._build(directory)
         assert directory.entries is not None
@@ -417,6 +418,8 @@ class Layout:
             return 0
         if kind is Kind.LINK or kind is Kind.META_LINK:
             return len(self.link_target(node).encode("utf-8"))
+        if kind is Kind.META:
+            return self._sidecar.size(node.value)
         return len(self.content(node))
 
     def content(self, node: Node) -> bytes:
@@ -430,7 +433,7 @@ class Layout:
         raise ValueError(f"{node.kind.value} entries have no generated content")
 
     def index_bytes(self) -> bytes:
-        with self._lock:
+        with self._lock, gc_paused():
             if self._index is None:
                 self._index = self._make_index()
             return self._index

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, NoReturn
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
+from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.layout import Layout
 from ckptfs.libfuse import INSTALL_HINT
@@ -116,18 +117,6 @@ def raise_read_ahead(device: int) -> None:
     path = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
     with contextlib.suppress(OSError), open(path, "w") as f:
         f.write(str(READ_AHEAD_KB))
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic collection while parsing: it only walks the many new long-lived objects."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # -- the detached daemon ------------------------------------------------------------

@@ -13,6 +13,7 @@ byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ckptfs.describe import source_ranges, tensor_metadata
@@ -48,31 +49,53 @@ def _family(tensor: Tensor) -> tuple[Any, ...] | None:
             storage.dtype.name, storage.location, storage.numel, storage.byteorder, storage.compressed)
 
 
+@dataclass
+class _Template:
+    text: str
+    """``str.format`` text: the path, then one field per getter."""
+    getters: list[_Getter]
+    fixed: int
+    """Length of the text with every field empty."""
+
+
 class SidecarMaker:
     """Sidecar bytes of tensors, one template per family (see the module docstring)."""
 
     def __init__(self, paths: PathTexts | None = None) -> None:
         self._paths = paths or PathTexts(Limits().max_generated_bytes)
-        self._templates: dict[tuple[Any, ...], tuple[str, list[_Getter]]] = {}
+        self._templates: dict[tuple[Any, ...], _Template] = {}
 
     def __call__(self, tensor: Tensor) -> bytes:
         path = self._paths.path_text(tensor.trail)
-        family = _family(tensor)
-        if family is None:
+        template = self._template(tensor)
+        if template is None:
             text = dumps(_with_path_marker(tensor)).replace(dumps(_PATH), path, 1)
             return (text + "\n").encode("ascii")
+        return template.text.format(path, *[dumps(get(tensor)) for get in template.getters]).encode("ascii")
+
+    def size(self, tensor: Tensor) -> int:
+        """``len(self(tensor))``, without making the text (listings need every sidecar's size)."""
+        template = self._template(tensor)
+        if template is None:
+            return len(self(tensor))
+        return (template.fixed + len(self._paths.path_text(tensor.trail))
+                + sum([len(dumps(get(tensor))) for get in template.getters]))
+
+    def _template(self, tensor: Tensor) -> _Template | None:
+        family = _family(tensor)
+        if family is None:
+            return None
         template = self._templates.get(family)
         if template is None:
-            template = self._templates[family] = _template(tensor)
-        text, getters = template
-        return text.format(path, *[dumps(get(tensor)) for get in getters]).encode("ascii")
+            template = self._templates[family] = _make_template(tensor)
+        return template
 
 
 def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
     return tensor_metadata(tensor, path=_PATH)
 
 
-def _template(tensor: Tensor) -> tuple[str, list[_Getter]]:
+def _make_template(tensor: Tensor) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields after the path, in order."""
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
@@ -82,4 +105,4 @@ def _template(tensor: Tensor) -> tuple[str, list[_Getter]]:
     placed = sorted((text.index(dumps(_marker(name))), name) for name in _VARYING)
     for _, name in placed:
         text = text.replace(dumps(_marker(name)), "{}")
-    return text, [_VARYING[name] for _, name in placed]
+    return _Template(text, [_VARYING[name] for _, name in placed], len(text.format(*[""] * (len(placed) + 1))))

@@ -256,6 +256,7 @@ def test_sidecars_are_tensor_metadata(corpus: dict[str, CorpusFile], name: str) 
         make = SidecarMaker()
         for tensor in ck.tensors * 2:
             assert make(tensor) == (json.dumps(tensor_metadata(tensor)) + "\n").encode()
+            assert make.size(tensor) == len(make(tensor))
 
 
 def test_sidecar_families_know_every_field() -> None:
