@@ -23,8 +23,6 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ckptfs.errors import LimitExceededError
-
 if TYPE_CHECKING:
     from ckptfs.unpickle import SafeUnpickler
 
@@ -47,6 +45,7 @@ MAX_PUSHES = 16
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
+_ABSENT = object()
 
 
 class _Fallback(Exception):
@@ -61,31 +60,37 @@ def apply(u: SafeUnpickler, match: re.Match[bytes]) -> bool:
             or len(u.memo) + MAX_PUTS > limits.max_memo_entries):
         return False
     g = match.groups()
+    undo: list[tuple[int, Any]] = []
     try:
-        # Memo reads and writes in opcode order, before any call: until then the opcodes can
-        # still run instead (writing the same values again).
-        tag = _string(u, g, 0)
-        cls = _class(u, g, 6)
-        key = _string(u, g, 12)
-        location = _string(u, g, 18)
+        # Memo reads and writes in opcode order, before any call; should the opcodes have to run
+        # instead after all, the memo is put back as it was.
+        tag = _string(u, g, 0, undo)
+        cls = _class(u, g, 6, undo)
+        key = _string(u, g, 12, undo)
+        location = _string(u, g, 18, undo)
         numel = _int(g[24])
         pid = (tag, cls, key, location, numel, None) if g[25] else (tag, cls, key, location, numel)
-        _put(u, g, 26, pid)
-        size = _tuple(u, g, 29)
-        stride = _tuple(u, g, 32)
-        ordered_dict = _class(u, g, 36)
+        _put(u, g, 26, pid, undo)
+        size = _tuple(u, g, 29, undo)
+        stride = _tuple(u, g, 32, undo)
+        ordered_dict = _class(u, g, 36, undo)
     except _Fallback:
+        for index, old in reversed(undo):
+            if old is _ABSENT:
+                del u.memo[index]
+            else:
+                u.memo[index] = old
         return False
     storage = u.persistent_load(pid)
     offset = _int(g[28])
     requires_grad = g[35] == b"\x88"
     metadata = u._call(ordered_dict, ())
-    _put(u, g, 42, metadata)
+    _put(u, g, 42, metadata, None)
     args = (storage, offset, size, stride, requires_grad, metadata)
-    _put(u, g, 44, args)
+    _put(u, g, 44, args, None)
     func = stack.pop()
     result = u._call(func, args)
-    _put(u, g, 46, result)
+    _put(u, g, 46, result, None)
     stack.append(result)
     u.pos = match.end()
     return True
@@ -99,33 +104,33 @@ def _get(u: SafeUnpickler, one: bytes | None, four: bytes | None) -> Any:
         raise _Fallback from None
 
 
-def _put(u: SafeUnpickler, g: tuple[Any, ...], at: int, value: Any) -> None:
+def _put(u: SafeUnpickler, g: tuple[Any, ...], at: int, value: Any, undo: list[tuple[int, Any]] | None) -> None:
+    """The memo write of the PUT at group ``at``, if any (``apply`` checked there is room: no limit check)."""
     one, four = g[at], g[at + 1]
     if one is None and four is None:
         return
     index = one[0] if one is not None else _U32.unpack(four)[0]
-    memo = u.memo
-    if index not in memo and len(memo) >= u.limits.max_memo_entries:
-        raise LimitExceededError(f"pickle memo exceeds {u.limits.max_memo_entries} entries")
-    memo[index] = value
+    if undo is not None:
+        undo.append((index, u.memo.get(index, _ABSENT)))
+    u.memo[index] = value
 
 
-def _string(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> Any:
+def _string(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
     if g[at] is not None or g[at + 1] is not None:
         return _get(u, g[at], g[at + 1])
     length, text = g[at + 2], g[at + 3]
     if length[0] != len(text):
         raise _Fallback
     value = text.decode("ascii")
-    _put(u, g, at + 4, value)
+    _put(u, g, at + 4, value, undo)
     return value
 
 
-def _class(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> Any:
+def _class(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
     if g[at] is not None or g[at + 1] is not None:
         return _get(u, g[at], g[at + 1])
     value = u._global(g[at + 2].decode("ascii"), g[at + 3].decode("ascii"))
-    _put(u, g, at + 4, value)
+    _put(u, g, at + 4, value, undo)
     return value
 
 
@@ -138,7 +143,7 @@ def _int(raw: bytes) -> int:
     return _I32.unpack_from(raw, 1)[0]
 
 
-def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> tuple[int, ...]:
+def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
     raw: bytes = g[at]
     if raw == b")":
         body, count = b"", 0
@@ -155,5 +160,5 @@ def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int) -> tuple[int, ...]:
     if count >= 0 and len(values) != count:
         raise _Fallback
     value = tuple(values)
-    _put(u, g, at + 1, value)
+    _put(u, g, at + 1, value, undo)
     return value

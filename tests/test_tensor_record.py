@@ -117,3 +117,17 @@ def test_a_tiny_memo_limit_is_met_by_the_opcodes(tmp_path: Path) -> None:
     with fusion(True) as attempts, pytest.raises(ckptfs.LimitExceededError, match="pickle memo exceeds 30 entries"):
         ckptfs.open(path, ckptfs.Limits(max_memo_entries=30))
     assert attempts.count(True) < 5
+
+
+def test_a_record_left_to_the_opcodes_leaves_the_memo_as_it_was(tmp_path: Path) -> None:
+    """The class's PUT overwrites memo 5, read just before; the key's length lies, so the opcodes run."""
+    body = (b"\x80\x02X\x07\x00\x00\x00storageq\x05" + b"0"
+            + b"ctorch._utils\n_rebuild_tensor_v2\nq\x02"
+            + b"((h\x05ctorch\nFloatStorage\nq\x05X\x03\x00\x00\x000q\x06X\x03\x00\x00\x00cpuq\x07K\x04tq\x08Q"
+            + b"K\x00K\x04\x85q\x09K\x01\x85q\x0a\x89ccollections\nOrderedDict\nq\x0b)Rq\x0ctq\x0dRq\x0e.")
+    assert tensor_record.PATTERN.match(body, body.index(b"(("))
+    path = write_raw_archive(tmp_path / "lying.pt", body, {"data/0": bytes(16)})
+    fused, attempts = outcome(path, True)
+    assert attempts == [False]
+    assert fused == outcome(path, False)[0] == (
+        "error", "CorruptCheckpointError", f"{path}: storage record 'data/0q\\x06' is missing from the archive")
