@@ -46,11 +46,25 @@ TRIM_THRESHOLD = 128 << 20
 LOOP_ENDED_BY_SIGNAL = 8
 """What ``fuse_main`` returns once SIGINT/SIGTERM/SIGHUP ended the loop (and the mount)."""
 STATFS_BLOCK = 4096
+MAX_LISTED_ENTRIES = 1 << 18
+"""Directory entries whose listings are kept (~150 bytes each); past it they are made again as asked."""
 
 _STAT = mfusepy.c_stat
 _STAT_SIZE = ctypes.sizeof(_STAT)
 _VOIDP = ctypes.c_void_p
 _FuseOSError = mfusepy.FuseOSError
+_RawFiller = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64,
+                              ctypes.c_int)
+"""libfuse's ``fuse_fill_dir_t`` taking the ``struct stat`` as a plain address."""
+
+
+@dataclass(slots=True)
+class _Listing:
+    nodes: list[Node]
+    """``.``, ``..``, then the directory's entries."""
+    stats: ctypes.Array[Any]
+    address: int
+    """Where ``stats`` begins: entry i's ``struct stat`` is at ``address + i * sizeof(struct stat)``."""
 
 
 @dataclass(slots=True)
@@ -60,7 +74,7 @@ class OpenFile:
     fd: int = -1
     """With ``start``: the bytes are ``size`` bytes of this descriptor at ``start``."""
     start: int = 0
-    data: bytes | None = None
+    data: bytes | bytearray | None = None
     tensor: Tensor | None = None
     """Read through ``Checkpoint.read`` (gathered, swapped or inflated)."""
 
@@ -77,6 +91,8 @@ class CheckpointFS:
         self.initialized = False
         self._fd = checkpoint.source.fileno()
         self._files: dict[int, OpenFile] = {}
+        self._listings: dict[int, _Listing] = {}
+        self._listed = 0
         self._handles = itertools.count(1)
         source = os.fstat(self._fd) if self._fd is not None else None
         self._source_size = checkpoint.source.size
@@ -133,29 +149,47 @@ class CheckpointFS:
         self._fill(buf.contents, node)
         return 0
 
-    def readdir(self, path: bytes, buf: Any, filler: Any, offset: int, flags: int) -> int:
+    def readdir(self, path: bytes, buf: int, filler: Any, offset: int, flags: int) -> int:
         """Entries from ``offset`` on, each with its attributes; stops when the kernel's buffer is full."""
         directory = self._node(path)
         if directory is None:
             return -errno.ENOENT
         if not isinstance(directory, Dir):
             return -errno.ENOTDIR
-        listing = self.layout.listing(directory)
+        listing = self._listing(directory)
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
-        st = _STAT.from_buffer_copy(self._template)
-        st_pointer = ctypes.pointer(st)
-        fill = self._fill
-        dots = ((b".", directory), (b"..", directory.parent or directory))
-        for position in range(offset, len(listing) + 2):
-            if position < 2:
-                name, node = dots[position]
-            else:
-                node = listing[position - 2]
-                name = node.name.encode("utf-8")
-            fill(st, node)
-            if filler(buf, name, st_pointer, position + 1, plus):
+        fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
+        nodes, address = listing.nodes, listing.address
+        for position in range(offset, len(nodes)):
+            name = b"." if position == 0 else b".." if position == 1 else nodes[position].name.encode("utf-8")
+            if fill(buf, name, address + position * _STAT_SIZE, position + 1, plus):
                 break
         return 0
+
+    def _listing(self, directory: Dir) -> _Listing:
+        """The directory's entries (``.`` and ``..`` first) and their ``struct stat``s, made once.
+
+        Listings of big directories come back again and again (``ls``, ``find``,
+        every shell completion), and the kernel does not keep them (no
+        ``cache_readdir`` through libfuse 3.14's high-level API): answering
+        from these arrays costs one C call per entry.
+        """
+        listing = self._listings.get(directory.ino)
+        if listing is not None:
+            return listing
+        nodes = [directory, directory.parent or directory, *self.layout.listing(directory)]
+        stats = (_STAT * len(nodes))()
+        template, fill = self._template, self._fill
+        for st, node in zip(stats, nodes):
+            ctypes.memmove(ctypes.addressof(st), template, _STAT_SIZE)
+            fill(st, node)
+        listing = _Listing(nodes, stats, ctypes.addressof(stats))
+        self._listed += len(nodes)
+        if self._listed > MAX_LISTED_ENTRIES:
+            self._listings.clear()
+            self._listed = len(nodes)
+        self._listings[directory.ino] = listing
+        return listing
 
     def readlink(self, path: str) -> str:
         node = self.layout.lookup(path)

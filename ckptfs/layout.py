@@ -257,7 +257,7 @@ class Layout:
         self.control.entries = {INDEX_NAME: index}
         self.control.listing = [index]
         self._lock = threading.RLock()
-        self._index: bytes | None = None
+        self._index: bytearray | None = None
         self._paths = PathTexts(checkpoint.limits.max_generated_bytes)
         self._sidecar = SidecarMaker(self._paths)
 
@@ -422,7 +422,7 @@ class Layout:
             return self._sidecar.size(node.value)
         return len(self.content(node))
 
-    def content(self, node: Node) -> bytes:
+    def content(self, node: Node) -> bytes | bytearray:
         """The bytes of a sidecar, value or index file."""
         if node.kind is Kind.META:
             return self._sidecar(node.value)
@@ -432,13 +432,14 @@ class Layout:
             return self.index_bytes()
         raise ValueError(f"{node.kind.value} entries have no generated content")
 
-    def index_bytes(self) -> bytes:
+    def index_bytes(self) -> bytearray:
+        """The index (made on first use); a bytearray not to be changed: the text is not copied to a bytes."""
         with self._lock, gc_paused():
             if self._index is None:
                 self._index = self._make_index()
             return self._index
 
-    def _make_index(self) -> bytes:
+    def _make_index(self) -> bytearray:
         """One pre-order pass over the tree: tensors (in pickle order) and every other entry, a JSON object a line.
 
         Entries name their parent by id rather than repeating their key path, so
@@ -450,8 +451,9 @@ class Layout:
         budget = ck.limits.max_generated_bytes
         head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
                 "tensor_count": len(ck.tensors)}
-        # Lines go straight into two buffers (tensors, other entries): no list of lines, no text copy.
-        tensors, entries = bytearray(), bytearray()
+        # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
+        tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
+        entries = bytearray()
         root_kind = {"kind": "dir"} if self._boxed else _container_kind(self.root.value)
         entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
         ids: dict[int, int] = {} if self._boxed else {id(self.root.value): 0}
@@ -495,8 +497,12 @@ class Layout:
             else:
                 line += f', "kind": "value", "value": {dumps(encode_leaf(node.value))}}}'
             entries += (line + ",\n").encode()
-        return b"".join([dumps(head)[:-1].encode(), b',\n"tensors": [\n', memoryview(tensors)[:-2],
-                         b'\n],\n"entries": [\n', memoryview(entries)[:-2], b"\n]}\n"])
+        if ck.tensors:
+            del tensors[-2:]
+        tensors += b'\n],\n"entries": [\n'
+        tensors += memoryview(entries)[:-2]
+        tensors += b"\n]}\n"
+        return tensors
 
 
 def _ancestry(node: Node | None) -> list[Node]:

@@ -106,8 +106,10 @@ def fd_bufvec(fd: int, pos: int, size: int) -> int:
     return address
 
 
-def memory_bufvec(data: bytes) -> int:
+def memory_bufvec(data: bytes | bytearray) -> int:
     """A malloc'ed bufvec holding a malloc'ed copy of ``data``."""
+    if isinstance(data, bytearray):
+        data = (ctypes.c_char * len(data)).from_buffer(data)  # type: ignore[assignment]
     address = _malloc(_BUFVEC.size)
     memory = _malloc(len(data) or 1)
     if not address or not memory:

@@ -25,7 +25,7 @@ def path_of(trail: Trail) -> tuple[Key, ...]:
     return tuple(reversed(keys))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Storage:
     """One stored buffer that tensors view. Tensors sharing it share this object."""
 
@@ -56,7 +56,7 @@ class Storage:
         return self.numel * self.dtype.itemsize
 
 
-@dataclass
+@dataclass(slots=True)
 class Quantization:
     scheme: str
     """``per_tensor_affine``, ``per_channel_affine`` …"""
@@ -67,7 +67,7 @@ class Quantization:
     zero_points: Tensor | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tensor:
     """A tensor record: metadata and where its bytes live. Holds no data."""
 
@@ -134,7 +134,7 @@ class Tensor:
         return self.storage.location if self.storage is not None else "meta"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SparseTensor:
     """A sparse tensor: metadata plus its component tensors (indices, values, …)."""
 
@@ -144,14 +144,14 @@ class SparseTensor:
     is_coalesced: bool | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NestedTensor:
     """A strided nested tensor: a flat buffer and per-component sizes, strides, offsets."""
 
     components: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NumpyArray(Buildable):
     """A numpy array pickled inline; its raw bytes come with BUILD."""
 
@@ -175,7 +175,7 @@ class NumpyArray(Buildable):
             self.data = raw.encode("latin-1", "replace")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NumpyDType(Buildable):
     """``numpy.dtype(...)`` as pickled: a type string completed by BUILD's byte order."""
 

@@ -35,7 +35,7 @@ STORED = 0
 DEFLATED = 8
 
 
-@dataclass
+@dataclass(slots=True)
 class ZipEntry:
     name: str
     method: int
