@@ -146,19 +146,27 @@ def _int(raw: bytes) -> int:
 def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
     raw: bytes = g[at]
     if raw == b")":
-        body, count = b"", 0
-    elif raw[0] == 0x28:
-        body, count = raw[1:-1], -1
+        value: tuple[int, ...] = ()
     else:
-        body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
+        if raw[0] == 0x28:
+            body, count = raw[1:-1], -1
+        else:
+            body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
+        if body[::2] == b"K" * (len(body) // 2) and len(body) % 2 == 0:
+            value = tuple(body[1::2])  # all BININT1: every other byte is a value
+        else:
+            value = tuple(_ints(body))
+        if count >= 0 and len(value) != count:
+            raise _Fallback
+    _put(u, g, at + 1, value, undo)
+    return value
+
+
+def _ints(body: bytes) -> list[int]:
     values = []
     pos = 0
     while pos < len(body):
         width = 2 if body[pos] == 0x4B else 3 if body[pos] == 0x4D else 5
         values.append(_int(body[pos : pos + width]))
         pos += width
-    if count >= 0 and len(values) != count:
-        raise _Fallback
-    value = tuple(values)
-    _put(u, g, at + 1, value, undo)
-    return value
+    return values
