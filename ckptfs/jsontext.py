@@ -1,4 +1,4 @@
-"""Compact JSON text of many small values, fast: the C encoder ``json.dumps`` uses, made once.
+"""JSON text of many small values, fast: the C encoder ``json.dumps`` uses, made once.
 
 ``json.dumps`` builds a new encoder on every call, which costs more than
 encoding a short list; this one is built at import. The text is the same as
@@ -29,3 +29,15 @@ def _fast() -> Callable[[Any], str] | None:
 
 
 dumps: Callable[[Any], str] = _fast() or json.JSONEncoder().encode
+
+_quote = _encoder.encode_basestring_ascii
+
+
+def scalar_text(value: Any) -> str:
+    """``dumps(value)``, quicker for the str and int most keys and values are."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    return dumps(value)

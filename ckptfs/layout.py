@@ -70,7 +70,7 @@ from typing import Any, Iterator
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.describe import encode_key, encode_leaf
-from ckptfs.jsontext import dumps
+from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.errors import LimitExceededError
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.pathtext import PathTexts
@@ -480,22 +480,22 @@ class Layout:
                 if folders is not last_folders:
                     # JSON text without its closing quote: escaping is per character, so it joins with the name's.
                     last_folders, folder_text = folders, dumps("".join(name + "/" for name in folders))[:-1]
-                name = dumps(node.name)[1:]
+                name = scalar_text(node.name)[1:]
                 tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {self._paths.path_text(tensor.trail)}, '
                             f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{META_SUFFIX}", '
-                            f'"dtype": {dumps(tensor.dtype.name)}, "shape": {dumps(list(tensor.shape))}, '
+                            f'"dtype": {scalar_text(tensor.dtype.name)}, "shape": {dumps(list(tensor.shape))}, '
                             f'"nbytes": {tensor.nbytes}}},\n').encode()
                 continue
-            line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {dumps(node.name)}'
+            line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {scalar_text(node.name)}'
             if not (self._boxed and node.parent is self.root):
-                line += ', "key": ' + dumps(encode_key(node.key))
+                line += ', "key": ' + scalar_text(encode_key(node.key))
             if isinstance(node, Dir):
                 line += ", " + dumps(_container_kind(node.value))[1:]
                 stack.append((iter(self.listing(node)), node_id, [*folders, node.name]))
             elif kind is Kind.LINK:
                 line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
             else:
-                line += f', "kind": "value", "value": {dumps(encode_leaf(node.value))}}}'
+                line += f', "kind": "value", "value": {scalar_text(encode_leaf(node.value))}}}'
             entries += (line + ",\n").encode()
         if ck.tensors:
             del tensors[-2:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ckptfs.describe import encode_key
 from ckptfs.errors import LimitExceededError
-from ckptfs.jsontext import dumps
+from ckptfs.jsontext import scalar_text
 from ckptfs.model import Trail
 
 CACHED_TRAILS = 4096
@@ -36,7 +36,7 @@ class PathTexts:
             parts, _ = self._parts(parent)
             prefix = "[" + SEPARATOR.join(parts) + SEPARATOR if parts else "["
             self._last = (parent, prefix)
-        own = dumps(encode_key(key))
+        own = scalar_text(encode_key(key))
         if len(prefix) + len(own) + 1 > self.max_bytes:
             raise _too_long(self.max_bytes)
         return prefix + own + "]"
@@ -56,7 +56,7 @@ class PathTexts:
         if len(self._cache) + len(chain) > CACHED_TRAILS:
             self._cache.clear()
         for link in reversed(chain):
-            own = dumps(encode_key(link[0]))
+            own = scalar_text(encode_key(link[0]))
             length += len(own) + (len(SEPARATOR) if parts else 0)
             if length > self.max_bytes:
                 raise _too_long(self.max_bytes)
