@@ -10,6 +10,7 @@ from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
+from ckptfs.pathtext import PathLengths, key_size
 from ckptfs.reading import StorageReader, read_tensor
 from ckptfs.sources import ByteSource, LocalFileSource
 from ckptfs.tree import child_at, walk
@@ -35,12 +36,20 @@ class Checkpoint:
         self._collect_tensors(limits)
 
     def _collect_tensors(self, limits: Limits) -> None:
+        lengths = PathLengths(limits.max_key_bytes)
+        key_bytes = 0
         for visit in walk(self.root, limits):
+            if visit.trail is not None:
+                key_bytes += key_size(visit.trail[0])
             if visit.first and isinstance(visit.value, Tensor):
                 visit.value.trail = visit.trail
                 self.tensors.append(visit.value)
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
+                key_bytes += lengths.length(visit.trail)
+            if key_bytes > limits.max_key_bytes:
+                raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
+                                         "(limit max_key_bytes)")
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)

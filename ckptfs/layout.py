@@ -100,8 +100,6 @@ DIR_CACHE_SIZE = 4096
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
 _ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
 _INT_LIKE = re.compile(r"-?[0-9]+")
-_NEEDS_ESCAPING = re.compile(
-    "|".join([_ESCAPED_CHARS, "^[.]", r"^-?[0-9]+\Z", *(re.escape(s) + r"\Z" for s in RESERVED_SUFFIXES)]))
 _DUPLICATE_SUFFIX = re.compile(r"%#[0-9]+\Z")
 _PERCENT_ESCAPE = re.compile("(?:%[0-9A-F]{2})+")
 
@@ -154,7 +152,7 @@ def entry_name(key: Key) -> str:
     if type(key) is int:
         name = str(key)
     elif type(key) is str and key:
-        name = _escape_str(key) if _NEEDS_ESCAPING.search(key) else key
+        name = _escape_str(key)
     else:
         name = "%=" + _escape_chars(json.dumps(encode_key(key), ensure_ascii=False, separators=(",", ":")))
     return _shorten(name) if len(name) > MAX_NAME_BYTES // 4 else name
@@ -179,14 +177,16 @@ def _escape_chars(text: str) -> str:
 
 
 def _escape_str(key: str) -> str:
-    parts = [_percent(c) if _ESCAPED_CHAR.match(c) else c for c in key]
-    if key[0] == "." or _INT_LIKE.fullmatch(key):
-        parts[0] = _percent(key[0])
-    for suffix in RESERVED_SUFFIXES:
-        if key.endswith(suffix):
-            parts[len(key) - len(suffix)] = "%2E"
-            break
-    return "".join(parts)
+    """A non-empty str key's name. Linear in C (keys can be megabytes long): no per-character Python."""
+    text = _escape_chars(key) if _ESCAPED_CHAR.search(key) else key
+    dot = next((len(key) - len(suffix) for suffix in RESERVED_SUFFIXES if key.endswith(suffix)), -1)
+    if dot >= 0:
+        # The suffix's characters are never escaped, so it ends the text as it ends the key.
+        at = len(text) - len(key) + dot
+        text = text[:at] + "%2E" + text[at + 1 :]
+    if dot != 0 and (key[0] == "." or _INT_LIKE.fullmatch(key)):
+        text = _percent(key[0]) + text[1:]
+    return text
 
 
 def _unescape(name: str) -> str:

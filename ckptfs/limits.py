@@ -43,6 +43,13 @@ class Limits:
     """Containers and leaves visited when walking the object tree (each object once)."""
     max_tree_depth: int = 1_000
     """Nesting depth of containers; deeper subtrees fail to open."""
+    max_key_bytes: int = 64 << 20
+    """Total length of the keys that listings spell out: every key once per place it appears, plus
+    every tensor's whole key path (as JSON text).
+
+    ``ls``, ``info --json``, sidecars and the index repeat them; one long key
+    met at every level of a deep tree makes gigabytes of them from a file of
+    kilobytes. Honest checkpoints take 50-150 bytes a tensor."""
     max_generated_bytes: int = 256 << 20
     """Largest file a mount generates (``/.ckptfs/index.json``, a sidecar).
 

@@ -68,6 +68,8 @@ def test_keys_of_one_dict_get_distinct_names(keys: list[Any]) -> None:
     ("w.json", "w%2Ejson"), ("w.npy", "w%2Enpy"), ("model.safetensors", "model%2Esafetensors"),
     ("100%", "100%25"), ("é", "é"), ("\n", "%0A"), (True, "%=true"), (None, "%=null"), (1.5, "%=1.5"),
     ((1, "a"), '%={"$tuple":[1,"a"]}'), (b"\xff", '%={"$bytes":"/w=="}'.replace("/", "%2F")),
+    (".json", "%2Ejson"), ("..json", "%2E%2Ejson"), ("7.npy", "7%2Enpy"), ("%.json", "%25%2Ejson"),
+    ("/.npy", "%2F%2Enpy"), ("%7", "%257"), ("a/.json", "a%2F%2Ejson"),
 ])
 def test_documented_names(key: Any, name: str) -> None:
     assert entry_name(key) == name

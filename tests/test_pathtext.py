@@ -14,7 +14,7 @@ import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.describe import encode_key
 from ckptfs.layout import Layout
-from ckptfs.pathtext import PathTexts
+from ckptfs.pathtext import PathLengths, PathTexts
 import ckptfs.pathtext as pathtext
 from hostile.cases import FLOATS
 from hostile.containers import zip_checkpoint
@@ -35,7 +35,7 @@ def _trail(keys: list[Any], base: Any = None) -> Any:
        cache=st.integers(1, 8))
 def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], cache: int) -> None:
     """Trails that share prefixes, asked for in any order, with a cache small enough to be cleared often."""
-    texts = PathTexts(1 << 20)
+    texts, lengths = PathTexts(1 << 20), PathLengths(1 << 20)
     trails: list[Any] = [None]
     for parent, keys in branches:
         trails.append(_trail(keys, trails[parent % len(trails)]))
@@ -47,7 +47,9 @@ def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], 
             while node is not None:
                 keys.append(node[0])
                 node = node[1]
-            assert texts.path_text(trail) == json.dumps([encode_key(k) for k in reversed(keys)])
+            expected = json.dumps([encode_key(k) for k in reversed(keys)])
+            assert texts.path_text(trail) == expected
+            assert lengths.length(trail) == len(expected)
 
 
 def test_a_path_longer_than_the_limit_fails() -> None:
@@ -55,6 +57,9 @@ def test_a_path_longer_than_the_limit_fails() -> None:
     assert len(PathTexts(1 << 20).path_text(trail)) == 20 * 102 + 19 * 2 + 2
     with pytest.raises(LimitExceededError, match=r"key path's JSON text exceeds 1000 bytes \(limit max_generated_bytes\)"):
         PathTexts(1000).path_text(trail)
+    assert PathLengths(1 << 20).length(trail) == 20 * 102 + 19 * 2 + 2
+    with pytest.raises(LimitExceededError, match=r"a tensor's key path exceeds 1000 bytes \(limit max_key_bytes\)"):
+        PathLengths(1000).length(trail)
 
 
 def long_paths(path: Path, key_length: int = 200) -> Path:

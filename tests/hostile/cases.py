@@ -339,6 +339,12 @@ def deep_then_wide_tensors(width: int) -> bytes:
     return zip_checkpoint(pickle(EMPTY_LIST * 990 + lst(*tensors) + APPEND * 990), {"0": FLOATS})
 
 
+def long_key_every_level(levels: int, key_length: int, leaf: bytes) -> bytes:
+    """``leaf`` under ``levels`` nested dicts whose keys are one str of ``key_length`` characters (memoized once)."""
+    return pickle(EMPTY_DICT + s("k" * key_length) + put(0) + (EMPTY_DICT + get(0)) * (levels - 1) + leaf
+                  + SETITEM * levels)
+
+
 def _tensor_zip(size: bytes = ints(4), stride: bytes = ints(1), offset: bytes = i(0), numel: int = 4,
                 cls: str = "FloatStorage", data: bytes = FLOATS) -> bytes:
     return zip_checkpoint(pickle(tensor_v2(storage_pid(cls, "0", numel), offset, size, stride)), {"0": data})
@@ -450,6 +456,15 @@ case("wide_list_20k", "bomb", lambda env: zip_checkpoint(pickle(TENSOR + put(0) 
                                                                  + get(0) * 20_000 + b"e"), {"0": FLOATS}),
      check=bounded(1))
 case("deep_then_wide", "bomb", lambda env: deep_then_wide(100_000), check=bounded(0))
+KEY_LIMIT = r"keys and tensor key paths total more than 67108864 bytes \(limit max_key_bytes\)"
+case("long_key_every_level", "bomb", lambda env: zip_checkpoint(long_key_every_level(990, 300_000, i(1))),
+     LimitExceededError, KEY_LIMIT)
+case("long_key_every_level_tensor", "bomb",
+     lambda env: zip_checkpoint(long_key_every_level(990, 300_000, TENSOR), {"0": FLOATS}), LimitExceededError,
+     KEY_LIMIT)
+case("long_paths_many_tensors", "bomb",
+     lambda env: zip_checkpoint(long_key_every_level(100, 1000, lst(*[TENSOR] * 1000)), {"0": FLOATS}),
+     LimitExceededError, KEY_LIMIT)
 case("depth_999", "bomb", lambda env: zip_checkpoint(pickle(EMPTY_LIST * 999 + TENSOR + APPEND * 999),
                                                       {"0": FLOATS}), check=reads({(0,) * 998 + (0,): FLOATS}))
 case("many_marks_500k", "bomb", lambda env: zip_checkpoint(pickle(MARK * 500_000 + b"N")), check=bounded(0))
