@@ -8,7 +8,7 @@ import sys
 from typing import Callable
 
 from ckptfs.checkpoint import open_checkpoint
-from ckptfs.describe import encode_tree, json_text, tensor_metadata
+from ckptfs.describe import full_description, json_text, summary
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
@@ -40,20 +40,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     with open_checkpoint(args.file, args.limits) as ck:
-        info = {
-            "file": ck.path,
-            "format": ck.format,
-            "byteorder": ck.byteorder,
-            "details": ck.details,
-            "tensor_count": len(ck.tensors),
-            "total_nbytes": sum(t.nbytes for t in ck),
-        }
         if args.json:
-            info["tensors"] = [tensor_metadata(t) for t in ck]
-            info["tree"] = encode_tree(ck.root)
-            sys.stdout.write(json_text(info) + "\n")
+            sys.stdout.write(json_text(full_description(ck)) + "\n")
         else:
-            for key, value in info.items():
+            for key, value in summary(ck).items():
                 print(f"{key}: {value}")
     return 0
 

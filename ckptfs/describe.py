@@ -14,19 +14,51 @@ import base64
 import json
 import math
 import sys
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ckptfs.errors import LimitExceededError
+from ckptfs.errors import CkptfsError, LimitExceededError
+from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail, path_of
 from ckptfs.reading import needs_gather
 from ckptfs.tree import children, is_container
 from ckptfs.unpickle import Global, PickledObject, UnhashableKey, short_repr
+
+if TYPE_CHECKING:
+    from ckptfs.checkpoint import Checkpoint
 
 JSON_SAFE_INT = 1 << 53
 RECURSION_LIMIT = 20_000
 """Enough for trees as deep as ``max_tree_depth``'s default allows, many times over."""
 SET_DEPTH = 8
 """Sets nested deeper than this inside a set are shown as ``$repr``; sets are leaves, not walked."""
+SET_TEXT = 1 << 16
+"""Sets holding more text than this (strings and bytes, counted with repeats) are shown as ``$repr``:
+a set's elements can be one long string's references, and every listing of it would spell them out."""
+
+
+def summary(ck: Checkpoint) -> dict[str, Any]:
+    """What ``ckptfs info`` prints."""
+    return {
+        "file": ck.path,
+        "format": ck.format,
+        "byteorder": ck.byteorder,
+        "details": ck.details,
+        "tensor_count": len(ck.tensors),
+        "total_nbytes": sum(t.nbytes for t in ck.tensors),
+    }
+
+
+def full_description(ck: Checkpoint) -> dict[str, Any]:
+    """What ``ckptfs info --json`` prints: the summary, every tensor's metadata and the whole tree.
+
+    Its text is bounded by ``max_generated_bytes`` (LimitExceededError naming the file past it).
+    """
+    budget = TextBudget(ck.limits.max_generated_bytes)
+    try:
+        tensors = [budget.charged(tensor_metadata(t)) for t in ck.tensors]
+        return {**summary(ck), "tensors": tensors, "tree": encode_tree(ck.root, budget)}
+    except CkptfsError as exc:
+        raise exc.with_path(ck.path) from None
 
 
 def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
@@ -108,9 +140,33 @@ def encode_key(key: Any) -> Any:
     return encode_leaf(key)
 
 
-def encode_tree(root: Any) -> Any:
+class TextBudget:
+    """How much JSON text a description may still come to; LimitExceededError past ``max_bytes``.
+
+    A small file can describe a huge text (a long string referenced a million
+    times), so sizes are counted while the JSON-ready values are made, before
+    any text is.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.left = max_bytes
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise LimitExceededError(f"the JSON description would exceed {self.max_bytes} bytes "
+                                     "(limit max_generated_bytes)")
+
+    def charged(self, value: Any) -> Any:
+        """``value`` (JSON-ready and small), its text's length spent."""
+        self.spend(len(scalar_text(value)))
+        return value
+
+
+def encode_tree(root: Any, budget: TextBudget | None = None) -> Any:
     """The whole object tree as JSON-ready values; tensors become ``$tensor`` metadata."""
-    return _deep(_encode, root, None, {})
+    return _deep(_encode, root, None, {}, budget or TextBudget(sys.maxsize))
 
 
 def json_text(value: Any) -> str:
@@ -135,19 +191,30 @@ def _deep(function: Callable[..., _T], *args: Any) -> _T:
         sys.setrecursionlimit(limit)
 
 
-def _encode(value: Any, trail: Trail, seen: dict[int, Any]) -> Any:
+class _Place(list):  # type: ignore[type-arg]
+    """A ``$ref`` path, with the length of its text."""
+
+    size = 0
+
+
+def _encode(value: Any, trail: Trail, seen: dict[int, Any], budget: TextBudget) -> Any:
     if isinstance(value, Tensor) or is_container(value):
         if id(value) in seen:
             place = seen[id(value)]
-            if not isinstance(place, list):  # a trail: encode its path once, for every later reference
-                place = seen[id(value)] = [encode_key(k) for k in path_of(place)]
+            if not isinstance(place, _Place):  # a trail: encode its path once, for every later reference
+                place = seen[id(value)] = _Place(encode_key(k) for k in path_of(place))
+                place.size = len(dumps(place)) + len('{"$ref": }')
+            budget.spend(place.size)
             return {"$ref": place}
         seen[id(value)] = trail
     if isinstance(value, Tensor):
-        return {"$tensor": tensor_metadata(value)}
+        return {"$tensor": budget.charged(tensor_metadata(value))}
     if not is_container(value):
-        return encode_leaf(value)
-    items = [(k, _encode(v, (k, trail), seen)) for k, v in children(value)]
+        return budget.charged(encode_leaf(value))
+    pairs = children(value)
+    budget.spend(len(pairs) * 4 + 16)  # brackets, separators, the $ wrapping
+    items = [(budget.charged(encode_key(k)) if not isinstance(value, (list, tuple)) else k,
+              _encode(v, (k, trail), seen, budget)) for k, v in pairs]
     if isinstance(value, list):
         return [v for _, v in items]
     if isinstance(value, tuple):
@@ -155,15 +222,14 @@ def _encode(value: Any, trail: Trail, seen: dict[int, Any]) -> Any:
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("$") and not _has_surrogates(k) for k, _ in items):
             return dict(items)
-        return {"$dict": [[encode_key(k), v] for k, v in items]}
+        return {"$dict": [[k, v] for k, v in items]}
     if isinstance(value, SparseTensor):
         return {"$sparse": {"layout": value.layout, "size": list(value.size), "is_coalesced": value.is_coalesced,
                             "components": dict(items)}}
     if isinstance(value, NestedTensor):
         return {"$nested": dict(items)}
     assert isinstance(value, PickledObject)
-    return {"$object": {"class": value.class_name,
-                        "children": [[encode_key(k), v] for k, v in items]}}
+    return {"$object": {"class": value.class_name, "children": [[k, v] for k, v in items]}}
 
 
 def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
@@ -183,7 +249,7 @@ def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
         return {"$complex": [encode_leaf(value.real), encode_leaf(value.imag)]}
     if isinstance(value, Global):
         return {"$global": value.qualname}
-    if isinstance(value, (set, frozenset)) and set_depth > 0:
+    if isinstance(value, (set, frozenset)) and set_depth > 0 and _text_within(value, SET_TEXT):
         return {"$set": sorted((encode_leaf(v, set_depth - 1) for v in value), key=repr)}
     if isinstance(value, UnhashableKey):
         return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": short_repr(value.value, 200)}
@@ -191,6 +257,22 @@ def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
         return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
                              "data": base64.b64encode(value.data or b"").decode("ascii")}}
     return {"$repr": short_repr(value, 200)}
+
+
+def _text_within(value: Any, limit: int) -> bool:
+    """Whether the strings, bytes and elements inside ``value`` (a set: sets and tuples in it walked) come to
+    at most ``limit`` characters, counting each element at least 8."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (set, frozenset, tuple)):
+            limit -= 8 * len(item)
+            pending.extend(item)
+        elif isinstance(item, (str, bytes)):
+            limit -= len(item) * (2 if isinstance(item, bytes) else 1)
+        if limit < 0:
+            return False
+    return True
 
 
 def _has_surrogates(text: str) -> bool:

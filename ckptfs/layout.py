@@ -18,8 +18,9 @@ What the mount shows
   API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
   and every other entry (directories, values, links). Each tensor and entry
   has an ``id`` (pre-order; the root directory is 0) and its ``parent``'s id;
-  entries give their own ``key`` and ``name`` only, and a link its ``target``'s
-  id, so the index grows with the number of entries and not with their depth.
+  entries give their own ``key`` and ``name`` only, a link its ``target``'s
+  id, a value its file's ``size`` (and the ``value`` itself up to 256 bytes),
+  so the index grows with the number of entries and not with their depth or size.
 * A checkpoint whose root object is not a container (``torch.save(tensor)``)
   shows that object as ``/%root``.
 
@@ -94,6 +95,10 @@ INDEX_INO = 3
 FIRST_BLOCK_INO = 16
 SLOTS = 4
 """Inode numbers per child: the entry, its sidecar, and two kept for later views."""
+INLINE_VALUE_BYTES = 256
+"""Value files up to this size have their value in the index too (longer ones: read the file)."""
+CACHED_VALUE_SIZES = 4096
+"""Values whose file sizes ``Layout`` remembers by identity."""
 DIR_CACHE_SIZE = 4096
 """Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
 
@@ -258,6 +263,7 @@ class Layout:
         self.control.listing = [index]
         self._lock = threading.RLock()
         self._index: bytearray | None = None
+        self._value_sizes: dict[int, tuple[Any, int]] = {}
         self._paths = PathTexts(checkpoint.limits.max_generated_bytes)
         self._sidecar = SidecarMaker(self._paths)
 
@@ -420,7 +426,24 @@ class Layout:
             return len(self.link_target(node).encode("utf-8"))
         if kind is Kind.META:
             return self._sidecar.size(node.value)
+        if kind is Kind.VALUE:
+            return self._value_size(node.value)
         return len(self.content(node))
+
+    def _value_size(self, value: Any) -> int:
+        """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
+        if isinstance(value, (bytes, bytearray)):
+            return len(value)
+        if isinstance(value, str) and value.isascii():
+            return len(value) + 1
+        cached = self._value_sizes.get(id(value))
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        size = len(value_bytes(value))
+        if len(self._value_sizes) >= CACHED_VALUE_SIZES:
+            self._value_sizes.clear()
+        self._value_sizes[id(value)] = (value, size)
+        return size
 
     def content(self, node: Node) -> bytes | bytearray:
         """The bytes of a sidecar, value or index file."""
@@ -495,7 +518,9 @@ class Layout:
             elif kind is Kind.LINK:
                 line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
             else:
-                line += f', "kind": "value", "value": {scalar_text(encode_leaf(node.value))}}}'
+                size = self._value_size(node.value)
+                shown = f'"value": {scalar_text(encode_leaf(node.value))}' if size <= INLINE_VALUE_BYTES else ""
+                line += f', "kind": "value", "size": {size}{", " if shown else ""}{shown}}}'
             entries += (line + ",\n").encode()
         if ck.tensors:
             del tensors[-2:]

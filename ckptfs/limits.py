@@ -50,11 +50,12 @@ class Limits:
     ``ls``, ``info --json``, sidecars and the index repeat them; one long key
     met at every level of a deep tree makes gigabytes of them from a file of
     kilobytes. Honest checkpoints take 50-150 bytes a tensor."""
-    max_generated_bytes: int = 256 << 20
-    """Largest file a mount generates (``/.ckptfs/index.json``, a sidecar).
+    max_generated_bytes: int = 128 << 20
+    """Largest text made from a checkpoint: ``/.ckptfs/index.json``, a sidecar, ``info --json``'s output.
 
-    Long keys repeated at every level of a deep tree make key paths of
-    gigabytes from a small file; such a file reads as an I/O error (logged)
+    A long string referenced a million times, or long keys repeated at every
+    level of a deep tree, describe gigabytes from a small file: ``info --json``
+    fails with this limit's name; a mounted file reads as an I/O error (logged)
     and lists with size 0."""
 
     @classmethod

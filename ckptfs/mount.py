@@ -26,7 +26,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, NoReturn
+from typing import Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.collector import gc_paused

@@ -107,6 +107,7 @@ def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
             )
 
     little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
+    little = little if isinstance(little, bool) else None
     details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
     return ParsedCheckpoint("legacy", root, list(table.storages.values()), "little", details, verify=verify)
 

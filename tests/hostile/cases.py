@@ -34,11 +34,13 @@ from ckptfs.errors import (
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (
+    ADDITEMS,
     APPEND,
     BINPERSID,
     BUILD,
     EMPTY_DICT,
     EMPTY_LIST,
+    EMPTY_SET,
     EMPTY_TUPLE,
     FROZENSET,
     MARK,
@@ -81,14 +83,17 @@ class Case:
     """Regex the error's reason must match (``re.search``)."""
     check: Callable[[ckptfs.Checkpoint], None] | None = None
     """For files that open: assertions about the inert tree and its reads."""
+    describe_reason: str = ""
+    """For files that open but whose ``info --json`` must fail (LimitExceededError): its reason's regex."""
 
 
 CASES: list[Case] = []
 
 
 def case(name: str, category: str, build: Callable[[Env], bytes], error: type[CkptfsError] | None = None,
-         reason: str = "", check: Callable[[ckptfs.Checkpoint], None] | None = None) -> None:
-    CASES.append(Case(name, category, build, error, reason, check))
+         reason: str = "", check: Callable[[ckptfs.Checkpoint], None] | None = None,
+         describe_reason: str = "") -> None:
+    CASES.append(Case(name, category, build, error, reason, check, describe_reason))
 
 
 FLOATS = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
@@ -450,6 +455,8 @@ case("self_list_dict_key", "bomb",
 case("mutual_list_dict", "bomb",
      lambda env: zip_checkpoint(pickle(EMPTY_LIST + put(0) + EMPTY_DICT + put(1) + s("up") + get(0) + SETITEM
                                        + APPEND)), check=bounded(0))
+case("legacy_sys_info_set", "container", lambda env: legacy_checkpoint(pickle(EMPTY_DICT), little_endian=EMPTY_SET),
+     check=bounded(0))
 case("self_legacy", "bomb", lambda env: legacy_checkpoint(pickle(EMPTY_LIST + put(0) + get(0) + APPEND)),
      check=bounded(0))
 case("wide_list_20k", "bomb", lambda env: zip_checkpoint(pickle(TENSOR + put(0) + b"0" + EMPTY_LIST + MARK
@@ -462,6 +469,15 @@ case("long_key_every_level", "bomb", lambda env: zip_checkpoint(long_key_every_l
 case("long_key_every_level_tensor", "bomb",
      lambda env: zip_checkpoint(long_key_every_level(990, 300_000, TENSOR), {"0": FLOATS}), LimitExceededError,
      KEY_LIMIT)
+DESCRIPTION_LIMIT = r"the JSON description would exceed 134217728 bytes \(limit max_generated_bytes\)"
+case("long_string_20k_references", "bomb",
+     lambda env: zip_checkpoint(pickle(s("v" * 100_000) + put(0) + b"0" + EMPTY_LIST + MARK + get(0) * 20_000 + b"e")),
+     check=bounded(0), describe_reason=DESCRIPTION_LIMIT)
+case("long_strings_in_a_set_20k_references", "bomb",
+     lambda env: zip_checkpoint(pickle(s("v" * 100_000) + put(0) + b"0" + EMPTY_SET + MARK + s("w" * 100_000)
+                                       + get(0) + ADDITEMS + put(1) + b"0" + EMPTY_LIST + MARK + get(1) * 20_000 + b"e",
+                                       proto=4)),
+     check=bounded(0))
 case("long_paths_many_tensors", "bomb",
      lambda env: zip_checkpoint(long_key_every_level(100, 1000, lst(*[TENSOR] * 1000)), {"0": FLOATS}),
      LimitExceededError, KEY_LIMIT)

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import ckptfs
-from ckptfs.describe import encode_tree, json_text
-from ckptfs.errors import CkptfsError
+from ckptfs.describe import full_description, json_text
+from ckptfs.errors import CkptfsError, LimitExceededError
 from hostile.conftest import MEMORY_BOUND, TIME_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
@@ -22,9 +22,16 @@ def assert_names_file(error: CkptfsError, path: Path, reason: str) -> None:
     assert re.search(reason, error.reason), f"{error.reason!r} does not match {reason!r}"
 
 
-def exercise(ck: ckptfs.Checkpoint) -> None:
-    """What ``info --json`` and a reader do: encode the whole tree, read the ends of every tensor."""
-    json_text(encode_tree(ck.root))
+def exercise(ck: ckptfs.Checkpoint, describe_reason: str = "") -> None:
+    """What ``info --json`` and a reader do: describe the whole checkpoint, read the ends of every tensor.
+
+    ``describe_reason``: the description must fail with LimitExceededError, for this reason.
+    """
+    try:
+        json_text(full_description(ck))
+        assert not describe_reason, "the description should have been refused"
+    except LimitExceededError as exc:
+        assert describe_reason and re.search(describe_reason, exc.reason), exc
     for tensor in ck.tensors:
         for offset in (0, max(0, tensor.nbytes - 4096)):
             try:

@@ -26,9 +26,9 @@ def zip_checkpoint(data_pkl: bytes, records: dict[str, bytes] | None = None, pre
 
 
 def legacy_checkpoint(main_pkl: bytes, storages: list[tuple[str, int, bytes]] = (),
-                      magic: int = LEGACY_MAGIC, protocol: int = 1001) -> bytes:
+                      magic: int = LEGACY_MAGIC, protocol: int = 1001, little_endian: bytes = b"\x88") -> bytes:
     """The legacy stream: magic, protocol, sys_info, ``main_pkl``, key list, then (key, count, bytes)."""
-    sys_info = dct((s("protocol_version"), i(1001)), (s("little_endian"), b"\x88"),
+    sys_info = dct((s("protocol_version"), i(1001)), (s("little_endian"), little_endian),
                    (s("type_sizes"), dct((s("short"), i(2)), (s("int"), i(4)), (s("long"), i(4)))))
     parts = [pickle(i(magic)), pickle(i(protocol)), pickle(sys_info), main_pkl,
              pickle(lst(*(s(key) for key, _, _ in storages)))]

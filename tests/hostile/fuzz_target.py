@@ -15,7 +15,7 @@ import zipfile
 import zlib
 
 import ckptfs
-from ckptfs.describe import encode_tree, json_text, tensor_metadata
+from ckptfs.describe import full_description, json_text
 from ckptfs.errors import CkptfsError
 from ckptfs.layout import Dir, Kind, Layout
 from ckptfs.sources import BytesSource
@@ -40,7 +40,7 @@ def exercise(data: bytes, rng: random.Random) -> None:
 
 
 def _describe(ck: ckptfs.Checkpoint) -> None:
-    json_text({"tensors": [tensor_metadata(t) for t in ck], "tree": encode_tree(ck.root)})
+    json_text(full_description(ck))
     for tensor in ck.tensors:
         "/".join(str(k) for k in tensor.path)
 

@@ -31,6 +31,9 @@ def test_cli(case: Case, command: str, hostile_files: dict[str, Path], runner: R
     if case.error is not None:
         assert_cli_error(result, path, case.reason)
         return
+    if command == "info_json" and case.describe_reason:
+        assert_cli_error(result, path, case.describe_reason)
+        return
     assert result.rc == 0 and result.stderr == "", result.stderr
     with ckptfs.open(path) as ck:
         tensors = len(ck.tensors)

@@ -24,7 +24,7 @@ def test_open(case: Case, hostile_files: dict[str, Path]) -> None:
         with ckptfs.open(path) as ck:
             assert case.check is not None
             case.check(ck)
-            exercise(ck)
+            exercise(ck, case.describe_reason)
     else:
         with pytest.raises(case.error) as info:
             ckptfs.open(path)
