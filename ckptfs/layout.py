@@ -105,6 +105,8 @@ DIR_CACHE_SIZE = 4096
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
 _ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
 _INT_LIKE = re.compile(r"-?[0-9]+")
+_MAYBE_ESCAPED_FIRST = frozenset(".-0123456789")
+"""First characters that are escaped in some keys (a leading dot, an int-like key)."""
 _DUPLICATE_SUFFIX = re.compile(r"%#[0-9]+\Z")
 _PERCENT_ESCAPE = re.compile("(?:%[0-9A-F]{2})+")
 
@@ -183,7 +185,10 @@ def _escape_chars(text: str) -> str:
 
 def _escape_str(key: str) -> str:
     """A non-empty str key's name. Linear in C (keys can be megabytes long): no per-character Python."""
-    text = _escape_chars(key) if _ESCAPED_CHAR.search(key) else key
+    plain = _ESCAPED_CHAR.search(key) is None
+    if plain and key[0] not in _MAYBE_ESCAPED_FIRST and not key.endswith(RESERVED_SUFFIXES):
+        return key
+    text = key if plain else _escape_chars(key)
     dot = next((len(key) - len(suffix) for suffix in RESERVED_SUFFIXES if key.endswith(suffix)), -1)
     if dot >= 0:
         # The suffix's characters are never escaped, so it ends the text as it ends the key.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ckptfs.describe import source_ranges, tensor_metadata
-from ckptfs.jsontext import dumps
+from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
 from ckptfs.pathtext import PathTexts
@@ -71,7 +71,7 @@ class SidecarMaker:
         if template is None:
             text = dumps(_with_path_marker(tensor)).replace(dumps(_PATH), path, 1)
             return (text + "\n").encode("ascii")
-        return template.text.format(path, *[dumps(get(tensor)) for get in template.getters]).encode("ascii")
+        return template.text.format(path, *[scalar_text(get(tensor)) for get in template.getters]).encode("ascii")
 
     def size(self, tensor: Tensor) -> int:
         """``len(self(tensor))``, without making the text (listings need every sidecar's size)."""
@@ -79,7 +79,7 @@ class SidecarMaker:
         if template is None:
             return len(self(tensor))
         return (template.fixed + len(self._paths.path_text(tensor.trail))
-                + sum([len(dumps(get(tensor))) for get in template.getters]))
+                + sum([len(scalar_text(get(tensor))) for get in template.getters]))
 
     def _template(self, tensor: Tensor) -> _Template | None:
         family = _family(tensor)
@@ -105,4 +105,16 @@ def _make_template(tensor: Tensor) -> _Template:
     placed = sorted((text.index(dumps(_marker(name))), name) for name in _VARYING)
     for _, name in placed:
         text = text.replace(dumps(_marker(name)), "{}")
-    return _Template(text, [_VARYING[name] for _, name in placed], len(text.format(*[""] * (len(placed) + 1))))
+    getters = [_VARYING[name] if name != "source_ranges" else _ranges_of_family(tensor) for _, name in placed]
+    return _Template(text, getters, len(text.format(*[""] * (len(placed) + 1))))
+
+
+def _ranges_of_family(tensor: Tensor) -> _Getter:
+    """``source_ranges`` for the tensor's family: whether it is one range, and where in its storage, is the family's."""
+    ranges = source_ranges(tensor)
+    if ranges is None:
+        return lambda t: None
+    assert tensor.storage is not None
+    start, end = ranges[0]
+    delta, nbytes = start - tensor.storage.offset, end - start
+    return lambda t: [[t.storage.offset + delta, t.storage.offset + delta + nbytes]]  # type: ignore[union-attr]
