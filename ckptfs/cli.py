@@ -8,11 +8,11 @@ import sys
 from typing import Callable
 
 from ckptfs.checkpoint import open_checkpoint
-from ckptfs.describe import full_description, json_text, summary
 from ckptfs.errors import CkptfsError
+from ckptfs.info import description_text, summary
 from ckptfs.limits import Limits
-from ckptfs.model import Tensor
 from ckptfs.mount import MountOptions, mount, unmount
+from ckptfs.trails import key_lists
 
 
 def human_size(nbytes: int) -> str:
@@ -24,13 +24,11 @@ def human_size(nbytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-def display_path(tensor: Tensor) -> str:
-    return "/".join(str(k) for k in tensor.path) or "."
-
-
 def cmd_ls(args: argparse.Namespace) -> int:
     with open_checkpoint(args.file, args.limits) as ck:
-        rows = [(display_path(t), t.dtype.name, "x".join(map(str, t.shape)) or "scalar", human_size(t.nbytes)) for t in ck]
+        names = key_lists(str)
+        rows = [("/".join(names.leaf(t.trail)) or ".", t.dtype.name, "x".join(map(str, t.shape)) or "scalar",
+                 human_size(t.nbytes)) for t in ck]
     widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
     out = sys.stdout
     for row in rows:
@@ -41,7 +39,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     with open_checkpoint(args.file, args.limits) as ck:
         if args.json:
-            sys.stdout.write(json_text(full_description(ck)) + "\n")
+            sys.stdout.write(description_text(ck) + "\n")
         else:
             for key, value in summary(ck).items():
                 print(f"{key}: {value}")

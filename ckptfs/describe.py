@@ -14,17 +14,15 @@ import base64
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
-from ckptfs.errors import CkptfsError, LimitExceededError
+from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import dumps, scalar_text
-from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail, path_of
+from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail
 from ckptfs.reading import needs_gather
+from ckptfs.trails import key_lists
 from ckptfs.tree import children, is_container
 from ckptfs.unpickle import Global, PickledObject, UnhashableKey, short_repr
-
-if TYPE_CHECKING:
-    from ckptfs.checkpoint import Checkpoint
 
 JSON_SAFE_INT = 1 << 53
 RECURSION_LIMIT = 20_000
@@ -34,31 +32,6 @@ SET_DEPTH = 8
 SET_TEXT = 1 << 16
 """Sets holding more text than this (strings and bytes, counted with repeats) are shown as ``$repr``:
 a set's elements can be one long string's references, and every listing of it would spell them out."""
-
-
-def summary(ck: Checkpoint) -> dict[str, Any]:
-    """What ``ckptfs info`` prints."""
-    return {
-        "file": ck.path,
-        "format": ck.format,
-        "byteorder": ck.byteorder,
-        "details": ck.details,
-        "tensor_count": len(ck.tensors),
-        "total_nbytes": sum(t.nbytes for t in ck.tensors),
-    }
-
-
-def full_description(ck: Checkpoint) -> dict[str, Any]:
-    """What ``ckptfs info --json`` prints: the summary, every tensor's metadata and the whole tree.
-
-    Its text is bounded by ``max_generated_bytes`` (LimitExceededError naming the file past it).
-    """
-    budget = TextBudget(ck.limits.max_generated_bytes)
-    try:
-        tensors = [budget.charged(tensor_metadata(t)) for t in ck.tensors]
-        return {**summary(ck), "tensors": tensors, "tree": encode_tree(ck.root, budget)}
-    except CkptfsError as exc:
-        raise exc.with_path(ck.path) from None
 
 
 def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
@@ -164,9 +137,13 @@ class TextBudget:
         return value
 
 
-def encode_tree(root: Any, budget: TextBudget | None = None) -> Any:
-    """The whole object tree as JSON-ready values; tensors become ``$tensor`` metadata."""
-    return _deep(_encode, root, None, {}, budget or TextBudget(sys.maxsize))
+def encode_tree(root: Any, budget: TextBudget | None = None,
+                tensor_value: Callable[[Tensor], Any] | None = None) -> Any:
+    """The whole object tree as JSON-ready values; tensors become ``$tensor`` metadata.
+
+    ``tensor_value``: what stands for a tensor's metadata instead (its text counted by the caller).
+    """
+    return _deep(_Encoder(budget or TextBudget(sys.maxsize), tensor_value).encode, root, None)
 
 
 def json_text(value: Any) -> str:
@@ -197,39 +174,52 @@ class _Place(list):  # type: ignore[type-arg]
     size = 0
 
 
-def _encode(value: Any, trail: Trail, seen: dict[int, Any], budget: TextBudget) -> Any:
-    if isinstance(value, Tensor) or is_container(value):
-        if id(value) in seen:
-            place = seen[id(value)]
-            if not isinstance(place, _Place):  # a trail: encode its path once, for every later reference
-                place = seen[id(value)] = _Place(encode_key(k) for k in path_of(place))
-                place.size = len(dumps(place)) + len('{"$ref": }')
-            budget.spend(place.size)
-            return {"$ref": place}
-        seen[id(value)] = trail
-    if isinstance(value, Tensor):
-        return {"$tensor": budget.charged(tensor_metadata(value))}
-    if not is_container(value):
-        return budget.charged(encode_leaf(value))
-    pairs = children(value)
-    budget.spend(len(pairs) * 4 + 16)  # brackets, separators, the $ wrapping
-    items = [(budget.charged(encode_key(k)) if not isinstance(value, (list, tuple)) else k,
-              _encode(v, (k, trail), seen, budget)) for k, v in pairs]
-    if isinstance(value, list):
-        return [v for _, v in items]
-    if isinstance(value, tuple):
-        return {"$tuple": [v for _, v in items]}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and not k.startswith("$") and not _has_surrogates(k) for k, _ in items):
-            return dict(items)
-        return {"$dict": [[k, v] for k, v in items]}
-    if isinstance(value, SparseTensor):
-        return {"$sparse": {"layout": value.layout, "size": list(value.size), "is_coalesced": value.is_coalesced,
-                            "components": dict(items)}}
-    if isinstance(value, NestedTensor):
-        return {"$nested": dict(items)}
-    assert isinstance(value, PickledObject)
-    return {"$object": {"class": value.class_name, "children": [[k, v] for k, v in items]}}
+class _Encoder:
+    """``encode_tree``'s walk: objects met before become ``$ref``s, every text counted in ``budget``."""
+
+    def __init__(self, budget: TextBudget, tensor_value: Callable[[Tensor], Any] | None) -> None:
+        self.budget = budget
+        self.tensor_value = tensor_value
+        self.seen: dict[int, Any] = {}
+        """Each object met: its trail, then, once referenced again, its ``_Place``."""
+        self.keys = key_lists(encode_key)
+
+    def encode(self, value: Any, trail: Trail) -> Any:
+        budget = self.budget
+        if isinstance(value, Tensor) or is_container(value):
+            if id(value) in self.seen:
+                place = self.seen[id(value)]
+                if not isinstance(place, _Place):  # a trail: encode its path once, for every later reference
+                    place = self.seen[id(value)] = _Place(self.keys.of(place))
+                    place.size = len(dumps(place)) + len('{"$ref": }')
+                budget.spend(place.size)
+                return {"$ref": place}
+            self.seen[id(value)] = trail
+        if isinstance(value, Tensor):
+            if self.tensor_value is not None:
+                return {"$tensor": self.tensor_value(value)}
+            return {"$tensor": budget.charged(tensor_metadata(value, path=list(self.keys.leaf(trail))))}
+        if not is_container(value):
+            return budget.charged(encode_leaf(value))
+        pairs = children(value)
+        budget.spend(len(pairs) * 4 + 16)  # brackets, separators, the $ wrapping
+        items = [(budget.charged(encode_key(k)) if not isinstance(value, (list, tuple)) else k,
+                  self.encode(v, (k, trail))) for k, v in pairs]
+        if isinstance(value, list):
+            return [v for _, v in items]
+        if isinstance(value, tuple):
+            return {"$tuple": [v for _, v in items]}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) and not k.startswith("$") and not _has_surrogates(k) for k, _ in items):
+                return dict(items)
+            return {"$dict": [[k, v] for k, v in items]}
+        if isinstance(value, SparseTensor):
+            return {"$sparse": {"layout": value.layout, "size": list(value.size), "is_coalesced": value.is_coalesced,
+                                "components": dict(items)}}
+        if isinstance(value, NestedTensor):
+            return {"$nested": dict(items)}
+        assert isinstance(value, PickledObject)
+        return {"$object": {"class": value.class_name, "children": [[k, v] for k, v in items]}}
 
 
 def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:

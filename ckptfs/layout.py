@@ -71,8 +71,8 @@ from typing import Any, Iterator
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.describe import encode_key, encode_leaf
-from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.errors import LimitExceededError
+from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.pathtext import PathTexts
 from ckptfs.sidecar import SidecarMaker

@@ -1,4 +1,4 @@
-"""Key path texts: equal to encoding the path key by key, cached per parent, bounded by max_generated_bytes."""
+"""Key paths made per trail (texts, lengths, keys): equal to making them key by key, cached per parent, bounded."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.describe import encode_key
 from ckptfs.layout import Layout
+from ckptfs import trails as trail_cache
 from ckptfs.pathtext import PathLengths, PathTexts
-import ckptfs.pathtext as pathtext
 from hostile.cases import FLOATS
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import EMPTY_DICT, SETITEM, get, i, ints, pickle, put, s, storage_pid, tensor_v2
@@ -35,12 +35,12 @@ def _trail(keys: list[Any], base: Any = None) -> Any:
        cache=st.integers(1, 8))
 def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], cache: int) -> None:
     """Trails that share prefixes, asked for in any order, with a cache small enough to be cleared often."""
-    texts, lengths = PathTexts(1 << 20), PathLengths(1 << 20)
+    texts, lengths, names = PathTexts(1 << 20), PathLengths(1 << 20), trail_cache.key_lists(str)
     trails: list[Any] = [None]
     for parent, keys in branches:
         trails.append(_trail(keys, trails[parent % len(trails)]))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pathtext, "CACHED_TRAILS", cache)
+        patch.setattr(trail_cache, "CACHED_TRAILS", cache)
         for trail in trails + trails[::-1]:
             keys = []
             node = trail
@@ -50,6 +50,8 @@ def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], 
             expected = json.dumps([encode_key(k) for k in reversed(keys)])
             assert texts.path_text(trail) == expected
             assert lengths.length(trail) == len(expected)
+            assert names.leaf(trail) == tuple(str(k) for k in reversed(keys))
+            assert names.of(trail) == names.leaf(trail)
 
 
 def test_a_path_longer_than_the_limit_fails() -> None:

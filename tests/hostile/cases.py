@@ -463,6 +463,7 @@ case("wide_list_20k", "bomb", lambda env: zip_checkpoint(pickle(TENSOR + put(0) 
                                                                  + get(0) * 20_000 + b"e"), {"0": FLOATS}),
      check=bounded(1))
 case("deep_then_wide", "bomb", lambda env: deep_then_wide(100_000), check=bounded(0))
+case("deep_then_wide_tensors", "bomb", lambda env: deep_then_wide_tensors(10_000), check=bounded(10_000))
 KEY_LIMIT = r"keys and tensor key paths total more than 67108864 bytes \(limit max_key_bytes\)"
 case("long_key_every_level", "bomb", lambda env: zip_checkpoint(long_key_every_level(990, 300_000, i(1))),
      LimitExceededError, KEY_LIMIT)

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import ckptfs
-from ckptfs.describe import full_description, json_text
 from ckptfs.errors import CkptfsError, LimitExceededError
+from ckptfs.info import description_text
 from hostile.conftest import MEMORY_BOUND, TIME_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
@@ -28,7 +28,7 @@ def exercise(ck: ckptfs.Checkpoint, describe_reason: str = "") -> None:
     ``describe_reason``: the description must fail with LimitExceededError, for this reason.
     """
     try:
-        json_text(full_description(ck))
+        description_text(ck)
         assert not describe_reason, "the description should have been refused"
     except LimitExceededError as exc:
         assert describe_reason and re.search(describe_reason, exc.reason), exc

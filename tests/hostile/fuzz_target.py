@@ -15,8 +15,8 @@ import zipfile
 import zlib
 
 import ckptfs
-from ckptfs.describe import full_description, json_text
 from ckptfs.errors import CkptfsError
+from ckptfs.info import description_text
 from ckptfs.layout import Dir, Kind, Layout
 from ckptfs.sources import BytesSource
 
@@ -40,7 +40,7 @@ def exercise(data: bytes, rng: random.Random) -> None:
 
 
 def _describe(ck: ckptfs.Checkpoint) -> None:
-    json_text(full_description(ck))
+    description_text(ck)
     for tensor in ck.tensors:
         "/".join(str(k) for k in tensor.path)
 
