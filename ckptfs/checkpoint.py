@@ -10,9 +10,10 @@ from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
-from ckptfs.pathtext import PathLengths, key_size
+from ckptfs.pathtext import key_size
 from ckptfs.reading import StorageReader, read_tensor
 from ckptfs.sources import ByteSource, LocalFileSource
+from ckptfs.trails import TrailCache
 from ckptfs.tree import child_at, walk
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class Checkpoint:
         self._collect_tensors(limits)
 
     def _collect_tensors(self, limits: Limits) -> None:
-        lengths = PathLengths(limits.max_key_bytes)
+        path_bytes = TrailCache(0, lambda size, key: size + key_size(key) + 2)  # each key and a separator
         key_bytes = 0
         for visit in walk(self.root, limits):
             if visit.trail is not None:
@@ -46,7 +47,7 @@ class Checkpoint:
                 self.tensors.append(visit.value)
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
-                key_bytes += lengths.length(visit.trail)
+                key_bytes += path_bytes.leaf(visit.trail)
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")

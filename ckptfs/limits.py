@@ -44,8 +44,8 @@ class Limits:
     max_tree_depth: int = 1_000
     """Nesting depth of containers; deeper subtrees fail to open."""
     max_key_bytes: int = 64 << 20
-    """Total length of the keys that listings spell out: every key once per place it appears, plus
-    every tensor's whole key path (as JSON text).
+    """Total length of the keys that listings spell out, about as JSON text: every key once per place
+    it appears, plus every tensor's whole key path.
 
     ``ls``, ``info --json``, sidecars and the index repeat them; one long key
     met at every level of a deep tree makes gigabytes of them from a file of

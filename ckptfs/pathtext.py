@@ -1,12 +1,12 @@
 """Tensors' key paths made fast however deep they are: their JSON text, its length, their keys for display.
 
-Both are made with ``trails.TrailCache``: a value per parent trail (the
-encoded keys so far, or their length), so the path of a tensor 990 keys deep
-costs one key's encoding and one join rather than 990 encodings.
+Texts are made with ``trails.TrailCache`` (the encoded keys of each parent
+trail), so the path of a tensor 990 keys deep costs one key's encoding and
+one join rather than 990 encodings.
 
 ``PathTexts`` gives the text sidecars and the index spell out (equal to
-``dumps([encode_key(k) for k in path])``); ``PathLengths`` just its length,
-and ``key_size`` a key's: opening a checkpoint sums them (``max_key_bytes``).
+``dumps([encode_key(k) for k in path])``); ``key_size`` about a key's length:
+opening a checkpoint sums them along every path (``max_key_bytes``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ckptfs.describe import encode_key
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import scalar_text
 from ckptfs.model import Key, Trail
-from ckptfs.trails import TrailCache, key_lists
+from ckptfs.trails import key_lists
 
 SEPARATOR = ", "
 
@@ -50,24 +50,6 @@ class PathTexts:
         if len(prefix) + len(own) + 1 > self.max_bytes:
             raise _too_long(self.max_bytes)
         return prefix + own + "]"
-
-
-class PathLengths:
-    """``length(trail)``: ``len(path_text(trail))``; a path longer than ``max_bytes`` fails as its keys add up."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._joined = TrailCache(0, self._add)
-
-    def length(self, trail: Trail) -> int:
-        return self._joined.leaf(trail) + 2
-
-    def _add(self, joined: int, key: Key) -> int:
-        """The length of the keys' texts joined by separators (without brackets), one key more."""
-        joined += len(key_text(key)) + (len(SEPARATOR) if joined else 0)
-        if joined > self.max_bytes:
-            raise LimitExceededError(f"a tensor's key path exceeds {self.max_bytes} bytes (limit max_key_bytes)")
-        return joined
 
 
 def key_size(key: Any) -> int:

@@ -1,4 +1,4 @@
-"""Key paths made per trail (texts, lengths, keys): equal to making them key by key, cached per parent, bounded."""
+"""Key paths made per trail (texts, keys): equal to making them key by key, cached per parent, bounded."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ckptfs import LimitExceededError, Limits
 from ckptfs.describe import encode_key
 from ckptfs.layout import Layout
 from ckptfs import trails as trail_cache
-from ckptfs.pathtext import PathLengths, PathTexts
+from ckptfs.pathtext import PathTexts
 from hostile.cases import FLOATS
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import EMPTY_DICT, SETITEM, get, i, ints, pickle, put, s, storage_pid, tensor_v2
@@ -35,7 +35,7 @@ def _trail(keys: list[Any], base: Any = None) -> Any:
        cache=st.integers(1, 8))
 def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], cache: int) -> None:
     """Trails that share prefixes, asked for in any order, with a cache small enough to be cleared often."""
-    texts, lengths, names = PathTexts(1 << 20), PathLengths(1 << 20), trail_cache.key_lists(str)
+    texts, names = PathTexts(1 << 20), trail_cache.key_lists(str)
     trails: list[Any] = [None]
     for parent, keys in branches:
         trails.append(_trail(keys, trails[parent % len(trails)]))
@@ -49,7 +49,6 @@ def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], 
                 node = node[1]
             expected = json.dumps([encode_key(k) for k in reversed(keys)])
             assert texts.path_text(trail) == expected
-            assert lengths.length(trail) == len(expected)
             assert names.leaf(trail) == tuple(str(k) for k in reversed(keys))
             assert names.of(trail) == names.leaf(trail)
 
@@ -59,9 +58,6 @@ def test_a_path_longer_than_the_limit_fails() -> None:
     assert len(PathTexts(1 << 20).path_text(trail)) == 20 * 102 + 19 * 2 + 2
     with pytest.raises(LimitExceededError, match=r"key path's JSON text exceeds 1000 bytes \(limit max_generated_bytes\)"):
         PathTexts(1000).path_text(trail)
-    assert PathLengths(1 << 20).length(trail) == 20 * 102 + 19 * 2 + 2
-    with pytest.raises(LimitExceededError, match=r"a tensor's key path exceeds 1000 bytes \(limit max_key_bytes\)"):
-        PathLengths(1000).length(trail)
 
 
 def long_paths(path: Path, key_length: int = 200) -> Path:
