@@ -74,7 +74,7 @@ from ckptfs.describe import encode_key, encode_leaf
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import dumps, scalar_text
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
-from ckptfs.pathtext import PathTexts
+from ckptfs.pathtext import PathTexts, key_text
 from ckptfs.sidecar import SidecarMaker
 from ckptfs.tree import children, is_container
 from ckptfs.unpickle import PickledObject
@@ -516,7 +516,7 @@ class Layout:
                 continue
             line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {scalar_text(node.name)}'
             if not (self._boxed and node.parent is self.root):
-                line += ', "key": ' + scalar_text(encode_key(node.key))
+                line += ', "key": ' + key_text(node.key)
             if isinstance(node, Dir):
                 line += ", " + dumps(_container_kind(node.value))[1:]
                 stack.append((iter(self.listing(node)), node_id, [*folders, node.name]))

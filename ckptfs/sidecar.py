@@ -23,13 +23,15 @@ from ckptfs.model import Tensor
 from ckptfs.pathtext import PathTexts
 
 _Getter = Callable[[Tensor], Any]
-_VARYING: dict[str, _Getter] = {
+_STORAGE_FIELDS: dict[str, _Getter] = {
     "key": lambda t: t.storage.key,  # type: ignore[union-attr]
     "record": lambda t: t.storage.record,  # type: ignore[union-attr]
     "offset": lambda t: t.storage.offset,  # type: ignore[union-attr]
-    "source_ranges": source_ranges,
 }
-"""The per-tensor values of a sidecar besides its path (always its first field), by marker name."""
+"""The per-tensor fields of a sidecar's ``storage``, by marker name."""
+_VARYING = (*_STORAGE_FIELDS, "source_ranges")
+"""The per-tensor values of a sidecar besides its path (always its first field); ``source_ranges`` is made
+per family (``_ranges_of_family``)."""
 
 
 def _marker(name: str) -> str:
@@ -99,13 +101,13 @@ def _make_template(tensor: Tensor) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields after the path, in order."""
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
-    for name in ("key", "record", "offset"):
+    for name in _STORAGE_FIELDS:
         meta["storage"][name] = _marker(name)
     text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{}", 1) + "\n"
     placed = sorted((text.index(dumps(_marker(name))), name) for name in _VARYING)
     for _, name in placed:
         text = text.replace(dumps(_marker(name)), "{}")
-    getters = [_VARYING[name] if name != "source_ranges" else _ranges_of_family(tensor) for _, name in placed]
+    getters = [_STORAGE_FIELDS[name] if name in _STORAGE_FIELDS else _ranges_of_family(tensor) for _, name in placed]
     return _Template(text, getters, len(text.format(*[""] * (len(placed) + 1))))
 
 
