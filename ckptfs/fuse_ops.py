@@ -13,6 +13,7 @@ generated files) is read into memory and handed over the same way.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 import errno
@@ -46,6 +47,8 @@ TRIM_THRESHOLD = 128 << 20
 LOOP_ENDED_BY_SIGNAL = 8
 """What ``fuse_main`` returns once SIGINT/SIGTERM/SIGHUP ended the loop (and the mount)."""
 STATFS_BLOCK = 4096
+MAX_FILE_SIZE = (1 << 63) - 1
+"""Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 18
 """Directory entries whose listings are kept (~150 bytes each); past it they are made again as asked."""
 
@@ -98,9 +101,11 @@ class CheckpointFS:
         self._source_size = checkpoint.source.size
         self._template = self._stat_template(source)
         readable = (source.st_mode if source else 0o444) & 0o444
-        self._file_mode = stat.S_IFREG | readable
-        self._dir_mode = stat.S_IFDIR | readable | readable >> 2
-        self._link_mode = stat.S_IFLNK | 0o777
+        link_mode, dir_mode = stat.S_IFLNK | 0o777, stat.S_IFDIR | readable | readable >> 2
+        self._modes = {kind: dir_mode if kind is Kind.DIR else
+                       link_mode if kind is Kind.LINK or kind is Kind.META_LINK else stat.S_IFREG | readable
+                       for kind in Kind}
+        """``st_mode`` by kind of entry."""
 
     @staticmethod
     def _stat_template(source: os.stat_result | None) -> bytes:
@@ -121,17 +126,15 @@ class CheckpointFS:
     def _fill(self, st: Any, node: Node) -> None:
         """The entry's own attributes into a ``struct stat`` that already holds the template."""
         st.st_ino = node.ino
-        kind = node.kind
-        if kind is Kind.DIR:
-            st.st_mode = self._dir_mode
-            st.st_size = st.st_blocks = 0
+        st.st_mode = self._modes[node.kind]
+        if node.kind is Kind.DIR:
             return
-        st.st_mode = self._link_mode if kind is Kind.LINK or kind is Kind.META_LINK else self._file_mode
-        size = node.size if node.size >= 0 else self._size(node)
+        size = min(node.size if node.size >= 0 else self._size(node), MAX_FILE_SIZE)
         st.st_size = size
         st.st_blocks = (size + 511) >> 9
 
     def _size(self, node: Node) -> int:
+        """The node's size; 0 (logged) when it cannot be computed, so that its listing still lists."""
         try:
             return self.layout.size(node)
         except Exception:
@@ -172,17 +175,24 @@ class CheckpointFS:
         Listings of big directories come back again and again (``ls``, ``find``,
         every shell completion), and the kernel does not keep them (no
         ``cache_readdir`` through libfuse 3.14's high-level API): answering
-        from these arrays costs one C call per entry.
+        from these arrays costs one C call per entry. The array is the
+        template repeated, with the fields that differ written a column at a time.
         """
         listing = self._listings.get(directory.ino)
         if listing is not None:
             return listing
         nodes = [directory, directory.parent or directory, *self.layout.listing(directory)]
-        stats = (_STAT * len(nodes))()
-        template, fill = self._template, self._fill
-        for st, node in zip(stats, nodes):
-            ctypes.memmove(ctypes.addressof(st), template, _STAT_SIZE)
-            fill(st, node)
+        size = self._size
+        sizes = [0 if node.kind is Kind.DIR else min(node.size if node.size >= 0 else size(node), MAX_FILE_SIZE)
+                 for node in nodes]
+        modes = self._modes
+        memory = bytearray(self._template * len(nodes))
+        view = memoryview(memory)
+        _write_column(view, _STAT.st_ino, [node.ino for node in nodes])
+        _write_column(view, _STAT.st_mode, [modes[node.kind] for node in nodes])
+        _write_column(view, _STAT.st_size, sizes)
+        _write_column(view, _STAT.st_blocks, [(n + 511) >> 9 for n in sizes])
+        stats = (_STAT * len(nodes)).from_buffer(memory)
         listing = _Listing(nodes, stats, ctypes.addressof(stats))
         self._listed += len(nodes)
         if self._listed > MAX_LISTED_ENTRIES:
@@ -223,7 +233,7 @@ class CheckpointFS:
             data = self.layout.content(node)
             return OpenFile(path, len(data), data=data)
         tensor: Tensor = node.value
-        size = self.layout.size(node)
+        size = min(self.layout.size(node), MAX_FILE_SIZE)
         ranges = source_ranges(tensor) if size else None
         if ranges is None or self._fd is None:
             return OpenFile(path, size, tensor=tensor)
@@ -287,6 +297,15 @@ class CheckpointFS:
 
     write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
     chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
+
+
+_COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}
+
+
+def _write_column(view: memoryview, field: Any, values: list[int]) -> None:
+    """Writes ``values[i]`` into ``field`` (a ``struct stat`` field) of the i-th ``struct stat`` in ``view``."""
+    code = _COLUMN_CODES[field.size]
+    view.cast(code)[field.offset // field.size :: _STAT_SIZE // field.size] = array.array(code, values)
 
 
 class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]

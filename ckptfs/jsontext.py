@@ -30,14 +30,15 @@ def _fast() -> Callable[[Any], str] | None:
 
 dumps: Callable[[Any], str] = _fast() or json.JSONEncoder().encode
 
-_quote = _encoder.encode_basestring_ascii
+quote: Callable[[str], str] = _encoder.encode_basestring_ascii
+"""A str's JSON text (ASCII, as ``dumps`` writes it)."""
 
 
 def scalar_text(value: Any) -> str:
     """``dumps(value)``, quicker for the str and int most keys and values are."""
     kind = type(value)
     if kind is str:
-        return _quote(value)
+        return quote(value)
     if kind is int:
         return int.__repr__(value)
     return dumps(value)

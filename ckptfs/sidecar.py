@@ -17,21 +17,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ckptfs.describe import source_ranges, tensor_metadata
-from ckptfs.jsontext import dumps, scalar_text
+from ckptfs.jsontext import dumps, quote
 from ckptfs.limits import Limits
 from ckptfs.model import Tensor
 from ckptfs.pathtext import PathTexts
 
-_Getter = Callable[[Tensor], Any]
-_STORAGE_FIELDS: dict[str, _Getter] = {
-    "key": lambda t: t.storage.key,  # type: ignore[union-attr]
-    "record": lambda t: t.storage.record,  # type: ignore[union-attr]
-    "offset": lambda t: t.storage.offset,  # type: ignore[union-attr]
-}
-"""The per-tensor fields of a sidecar's ``storage``, by marker name."""
-_VARYING = (*_STORAGE_FIELDS, "source_ranges")
-"""The per-tensor values of a sidecar besides its path (always its first field); ``source_ranges`` is made
-per family (``_ranges_of_family``)."""
+_VARYING = ("key", "record", "offset", "source_ranges")
+"""The per-tensor values of a sidecar besides its path: its storage's key, record and offset, and its
+``source_ranges``; in this order, the texts ``_Template.varying`` gives (``str.format`` fields 1–4)."""
+_Varying = Callable[[Tensor], tuple[str, str, str, str]]
 
 
 def _marker(name: str) -> str:
@@ -54,8 +48,8 @@ def _family(tensor: Tensor) -> tuple[Any, ...] | None:
 @dataclass
 class _Template:
     text: str
-    """``str.format`` text: the path, then one field per getter."""
-    getters: list[_Getter]
+    """``str.format`` text: field 0 is the key path, fields 1–4 the ``_VARYING`` values."""
+    varying: _Varying
     fixed: int
     """Length of the text with every field empty."""
 
@@ -73,15 +67,14 @@ class SidecarMaker:
         if template is None:
             text = dumps(_with_path_marker(tensor)).replace(dumps(_PATH), path, 1)
             return (text + "\n").encode("ascii")
-        return template.text.format(path, *[scalar_text(get(tensor)) for get in template.getters]).encode("ascii")
+        return template.text.format(path, *template.varying(tensor)).encode("ascii")
 
     def size(self, tensor: Tensor) -> int:
         """``len(self(tensor))``, without making the text (listings need every sidecar's size)."""
         template = self._template(tensor)
         if template is None:
             return len(self(tensor))
-        return (template.fixed + len(self._paths.path_text(tensor.trail))
-                + sum([len(scalar_text(get(tensor))) for get in template.getters]))
+        return template.fixed + len(self._paths.path_text(tensor.trail)) + len("".join(template.varying(tensor)))
 
     def _template(self, tensor: Tensor) -> _Template | None:
         family = _family(tensor)
@@ -98,25 +91,36 @@ def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
 
 
 def _make_template(tensor: Tensor) -> _Template:
-    """The tensor's sidecar as a ``str.format`` template, and what fills its fields after the path, in order."""
+    """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
-    for name in _STORAGE_FIELDS:
+    for name in _VARYING[:3]:
         meta["storage"][name] = _marker(name)
-    text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{}", 1) + "\n"
-    placed = sorted((text.index(dumps(_marker(name))), name) for name in _VARYING)
-    for _, name in placed:
-        text = text.replace(dumps(_marker(name)), "{}")
-    getters = [_STORAGE_FIELDS[name] if name in _STORAGE_FIELDS else _ranges_of_family(tensor) for _, name in placed]
-    return _Template(text, getters, len(text.format(*[""] * (len(placed) + 1))))
+    text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
+    for field, name in enumerate(_VARYING, 1):
+        text = text.replace(dumps(_marker(name)), f"{{{field}}}", 1)
+    return _Template(text, _varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))
 
 
-def _ranges_of_family(tensor: Tensor) -> _Getter:
-    """``source_ranges`` for the tensor's family: whether it is one range, and where in its storage, is the family's."""
+def _varying_of_family(tensor: Tensor) -> _Varying:
+    """The ``_VARYING`` texts of the tensor's family: whether its source is one range, and where in its storage
+    that range is, is the family's."""
     ranges = source_ranges(tensor)
-    if ranges is None:
-        return lambda t: None
     assert tensor.storage is not None
+    if ranges is None:
+        def varying(t: Tensor) -> tuple[str, str, str, str]:
+            storage = t.storage
+            return quote(storage.key), quote(storage.record), int.__repr__(storage.offset), "null"  # type: ignore
+
+        return varying
     start, end = ranges[0]
     delta, nbytes = start - tensor.storage.offset, end - start
-    return lambda t: [[t.storage.offset + delta, t.storage.offset + delta + nbytes]]  # type: ignore[union-attr]
+
+    def varying_range(t: Tensor) -> tuple[str, str, str, str]:
+        storage = t.storage
+        offset = storage.offset  # type: ignore[union-attr]
+        first = offset + delta
+        return (quote(storage.key), quote(storage.record), int.__repr__(offset),  # type: ignore[union-attr]
+                f"[[{first}, {first + nbytes}]]")
+
+    return varying_range

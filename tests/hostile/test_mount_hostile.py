@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from hostile.cases import CASES, Case, deep_then_wide, deep_then_wide_tensors
+from hostile.cases import CASES, FLOATS, Case, deep_then_wide, deep_then_wide_tensors
 from hostile.checks import assert_bounded, assert_cli_error
 from hostile.conftest import MEMORY_BOUND, TIME_BOUND, Runner
 from hostile.mounting import Mounts, daemon_serving, holders, mount_points, peak_rss, wait_gone
@@ -67,3 +67,18 @@ def test_mount_deep_then_wide(make: Callable[[int], bytes], runner: Runner, moun
         assert [len(listed["path"]) for listed in index["tensors"]] == [991] * 10_000
     else:
         assert [(listed["parent"], listed["value"]) for listed in index["entries"][991:]] == [(990, 1)] * 10_000
+
+
+def test_mount_tensor_past_the_largest_file(hostile_files: dict[str, Path], runner: Runner, mounts: Mounts) -> None:
+    """A stride-0 tensor of 2**64 bytes lists and stats at 2**63 - 1 bytes (the kernel's largest file) and reads
+    up to there (a size taken modulo 2**64 would show an empty file); the kernel refuses reads past it."""
+    path = hostile_files["huge_logical_stride0"]
+    mnt = mounts.directory()
+    assert runner.run("mount", path, mnt).rc == 0
+    mounts.daemons.add(daemon_serving(path))
+    listed = subprocess.run(["ls", "-l", mnt], capture_output=True, text=True, check=True).stdout
+    assert f" {2**63 - 1} " in listed and "%root\n" in listed
+    assert (mnt / "%root").stat().st_size == 2**63 - 1
+    tail = subprocess.run(["dd", f"if={mnt / '%root'}", "bs=1", f"skip={2**63 - 16}", "count=15", "status=none"],
+                          capture_output=True, check=True).stdout
+    assert tail == FLOATS[:4] * 3 + FLOATS[:3]
