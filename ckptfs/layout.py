@@ -72,7 +72,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.describe import encode_key, encode_leaf
 from ckptfs.errors import LimitExceededError
-from ckptfs.jsontext import dumps, scalar_text
+from ckptfs.jsontext import dumps, quote, scalar_text
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.pathtext import PathTexts, key_text
 from ckptfs.sidecar import SidecarMaker
@@ -489,6 +489,7 @@ class Layout:
         # Per open directory: its listing, its id, and the names on the way to it.
         stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(self.listing(self.root)), 0, [])]
         last_folders, folder_text = stack[0][2], '"'
+        shape_texts: dict[tuple[int, ...], str] = {}
         while stack:
             nodes, parent_id, folders = stack[-1]
             node = next(nodes, None)
@@ -508,13 +509,16 @@ class Layout:
                 if folders is not last_folders:
                     # JSON text without its closing quote: escaping is per character, so it joins with the name's.
                     last_folders, folder_text = folders, dumps("".join(name + "/" for name in folders))[:-1]
-                name = scalar_text(node.name)[1:]
+                name = quote(node.name)[1:]
+                shape = shape_texts.get(tensor.shape)
+                if shape is None:
+                    shape = shape_texts[tensor.shape] = dumps(list(tensor.shape))
                 tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {self._paths.path_text(tensor.trail)}, '
                             f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{META_SUFFIX}", '
-                            f'"dtype": {scalar_text(tensor.dtype.name)}, "shape": {dumps(list(tensor.shape))}, '
+                            f'"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
                             f'"nbytes": {tensor.nbytes}}},\n').encode()
                 continue
-            line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {scalar_text(node.name)}'
+            line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {quote(node.name)}'
             if not (self._boxed and node.parent is self.root):
                 line += ', "key": ' + key_text(node.key)
             if isinstance(node, Dir):

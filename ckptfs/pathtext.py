@@ -15,7 +15,7 @@ from typing import Any
 
 from ckptfs.describe import encode_key
 from ckptfs.errors import LimitExceededError
-from ckptfs.jsontext import scalar_text
+from ckptfs.jsontext import quote, scalar_text
 from ckptfs.model import Key, Trail
 from ckptfs.trails import key_lists
 
@@ -23,6 +23,8 @@ SEPARATOR = ", "
 
 
 def key_text(key: Key) -> str:
+    if type(key) is str and key.isascii():  # no surrogates: the key is its own JSON value
+        return quote(key)
     return scalar_text(encode_key(key))
 
 
