@@ -9,6 +9,7 @@ helpers. Names outside this table stay inert :class:`PickledObject` nodes.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import Any, Callable
 
@@ -105,7 +106,7 @@ def make_tensor(
         raise _fail(f"tensor of size {shape_t} has more than 2**62 elements")
     tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, bool(requires_grad), kind=kind)
     if storage is not None and numel > 0:
-        last = offset_i + sum((n - 1) * s for n, s in zip(shape_t, stride_t))
+        last = offset_i + sum(map(operator.mul, shape_t, stride_t)) - sum(stride_t)  # Σ (n - 1)·s, every n ≥ 1
         needed = -(-(last + 1) // dtype.packing) * dtype.itemsize
         if needed > storage.nbytes:
             raise _fail(
