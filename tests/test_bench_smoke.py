@@ -42,9 +42,11 @@ def test_bench_quick(tmp_path: Path) -> None:
     for key in ("seq_first_dd_1M", "reread_cat", "memmap_first", "memmap_second", "rand4k"):
         assert set(figures[key]["sides"]) >= {"raw", "cpass", "ckptfs"}, key
     for key in ("mount_zip", "mount_legacy"):
-        assert set(figures[key]["sides"]) >= {"ckptfs", "torch"}, key
+        assert set(figures[key]["sides"]) >= {"ckptfs", "torch", "clist"}, key
     for key in ("find_zip", "find_legacy", "rss_zip", "rss_legacy"):
-        assert "ckptfs" in figures[key]["sides"], key
+        assert set(figures[key]["sides"]) >= {"ckptfs", "clist"}, key
+    # The C listing showed the root ckptfs showed: one file per tensor and its sidecar, and /.ckptfs.
+    assert result["meta"]["clist_root_entries"] == {"zip": 2 * 2000 + 1, "legacy": 2 * 2000 + 1}
     assert all(v == 0.0 for v in result["meta"]["resident_after_drop_max"].values())
     assert result["checks"] and all("median" in c for c in result["checks"])
     # Everything it mounted is gone, and so are its checkpoints (the work directory was ours to fill).

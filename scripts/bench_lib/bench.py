@@ -27,6 +27,7 @@ import platform
 import shlex
 import shutil
 import signal
+import stat
 import statistics
 import struct
 import subprocess
@@ -431,7 +432,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "ckptfs", "alt", "ratar", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present
@@ -441,6 +442,7 @@ def render_table(res: Results) -> str:
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     lines.append("Medians (%s):" % ", ".join(
         {"raw": "raw = .pt byte range read directly", "cpass": "cpass = C libfuse3 pass-through",
+         "clist": "clist = C libfuse3 file system listing the root entries ckptfs lists",
          "ckptfs": "ckptfs = tensor file of ckptfs mount", "alt": "alt = ckptfs from --alt-root/--alt-env",
          "ratar": "ratar = ratarmount",
          "torch": "torch = torch.load(+mmap) and listing"}[s] for s in present))
@@ -534,6 +536,19 @@ def find_file_of_size(root: str, size: int) -> str:
     return hits[0]
 
 
+def write_root_entries(mnt: str, path: Path) -> int:
+    """The mount root's entries, in listing order, as ``listing.c`` reads them: ``KIND SIZE NAME`` lines."""
+    lines = []
+    with os.scandir(mnt) as it:
+        for entry in it:
+            st = entry.stat(follow_symlinks=False)
+            if "\n" in entry.name:
+                raise BenchError(f"{mnt}: an entry name holds a newline: {entry.name!r}")
+            lines.append(f"{'d' if stat.S_ISDIR(st.st_mode) else 'f'} {st.st_size} {entry.name}\n")
+    path.write_text("".join(lines), encoding="utf-8", errors="surrogateescape")
+    return len(lines)
+
+
 def same_bytes(a: str, a_off: int, b: str, b_off: int, length: int, samples: int = 16) -> None:
     """Compares sampled 1 MiB chunks (first, last and spread) of two byte ranges."""
     chunk = min(MiB, length)
@@ -594,7 +609,7 @@ class Bench:
         bindir = self.workdir / "bin"
         bindir.mkdir(exist_ok=True)
         flags = run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True).stdout.split()
-        for name, libs in (("passthrough", flags), ("preadbench", [])):
+        for name, libs in (("passthrough", flags), ("listing", flags), ("preadbench", [])):
             out = str(bindir / name)
             run(["gcc", "-O2", "-Wall", str(LIB / f"{name}.c"), *libs, "-o", out])
             self.bin[name] = out
@@ -671,6 +686,13 @@ class Bench:
         except OSError as exc:
             log(f"could not raise {path} to {self.args.read_ahead_kb} (root needed): {exc}")
         return m
+
+    def mount_clist(self, listing: Path, tag: str) -> Mount:
+        """The C listing file system (``listing.c``) showing the root entries ckptfs showed."""
+        assert self.mounts is not None
+        mnt = str(self.workdir / "mnt" / tag)
+        argv = [self.bin["listing"], str(listing), mnt, "-f", "-s", "-o", "ro,fsname=clist"]
+        return self.mounts.start(tag, argv, mnt)
 
     def mount_ratar(self, src: str, tag: str) -> Mount:
         assert self.mounts is not None
@@ -854,6 +876,7 @@ class Bench:
             self.torch = TorchWorker()
         self.res.meta["torch_import_s"] = self.torch.hello["import_s"]
         entries: dict[str, int] = {}
+        root_entries: dict[str, int] = {}
         for run_i in range(a.runs):
             log(f"{self.n_many}-tensor mounts, run {run_i + 1}/{a.runs}")
             # The fixed cost of a mount (start-up, imports, fork, FUSE init): the one-tensor checkpoint.
@@ -868,18 +891,22 @@ class Bench:
                 ready = self.res.fig(f"mount_{fmt}", f"mount ready, {self.n_many} tensors, {fmt}", "s")
                 find = self.res.fig(f"find_{fmt}", f"find -ls, {self.n_many} tensors, {fmt}", "s")
                 rss = self.res.fig(f"rss_{fmt}", f"daemon peak RSS, {self.n_many} tensors, {fmt}", "MiB")
+                listing = self.workdir / f"root-entries-{fmt}.txt"
                 sides = ((["ckptfs"] if self.have_ckptfs else []) + (["alt"] if self.have_alt else [])
-                         + (["ratar"] if a.ratarmount and fmt == "zip" else []))
+                         + (["ratar"] if a.ratarmount and fmt == "zip" else [])
+                         + (["clist"] if self.have_ckptfs else []))
                 for side in sides:
                     tag = f"{side}-{fmt}"
-                    m = (self.mount_ratar(src, tag) if side == "ratar"
-                         else self.mount_ckptfs(src, tag, alt=side == "alt"))
+                    m = (self.mount_ratar(src, tag) if side == "ratar" else self.mount_clist(listing, tag)
+                         if side == "clist" else self.mount_ckptfs(src, tag, alt=side == "alt"))
                     try:
                         ready.add(side, m.ready_s)
                         find.add(side, timed(["find", m.mnt, "-ls"]))
                         if run_i == 0:
                             out = subprocess.run(["find", m.mnt, "-type", "f"], capture_output=True, check=True)
                             entries[tag] = out.stdout.count(b"\n")
+                            if side == "ckptfs":
+                                root_entries[fmt] = write_root_entries(m.mnt, listing)
                         hwm = proc_status_kib(m.pid, "VmHWM")
                         if hwm is not None:
                             rss.add(side, hwm / 1024)
@@ -887,6 +914,7 @@ class Bench:
                         self.mounts.stop(m)
                 ready.add("torch", self.torch.call(op="load", path=src, mmap=(fmt == "zip"))["seconds"])
         self.res.meta["files_listed"] = entries
+        self.res.meta["clist_root_entries"] = root_entries
         for tag, n in entries.items():
             if tag.startswith("ckptfs") and n < self.n_many:
                 log(f"warning: {tag} lists {n} files for {self.n_many} tensors")
@@ -919,6 +947,9 @@ class Bench:
             c.append(Check(f"mount_{fmt}", "ckptfs", "ratar", "<=", None, f"mount ready ({fmt}) / ratarmount"))
             c.append(Check(f"find_{fmt}", "ckptfs", None, "<=", 0.3, f"find -ls ({fmt}), seconds"))
             c.append(Check(f"find_{fmt}", "ckptfs", "ratar", "<=", None, f"find -ls ({fmt}) / ratarmount"))
+            c.append(Check(f"mount_{fmt}", "ckptfs", "clist", "<=", None,
+                           f"mount ready ({fmt}) / C listing of the same root"))
+            c.append(Check(f"find_{fmt}", "ckptfs", "clist", "<=", None, f"find -ls ({fmt}) / C listing of the same root"))
             c.append(Check(f"rss_{fmt}", "ckptfs", None, "<=", 80, f"daemon peak RSS ({fmt}), MiB"))
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
         if self.have_alt:
@@ -1019,7 +1050,8 @@ class Bench:
         if self.own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
-            for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json"):
+            for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json", "root-entries-zip.txt",
+                         "root-entries-legacy.txt"):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
             for name in ("bin", "mnt"):

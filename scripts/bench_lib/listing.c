@@ -1,0 +1,167 @@
+/*
+ * Minimal read-only FUSE file system on libfuse3, used by scripts/bench as the limit of the
+ * kernel's FUSE path for mounting and listing a big directory: its root holds the entries named
+ * in ENTRIES, one per line as "KIND SIZE NAME" (KIND f for a file, d for an empty directory),
+ * listed in that order with their attributes (readdirplus), configured as ckptfs configures its
+ * mounts: inode numbers given, entries and attributes cached for a day, readdirplus on every
+ * request. Files have no contents (open fails): only listings and attributes are measured.
+ *
+ *   listing ENTRIES MOUNTPOINT [fuse options: -f -s -o ...]
+ *
+ * Build: gcc -O2 -Wall listing.c $(pkg-config --cflags --libs fuse3) -o listing
+ */
+#define FUSE_USE_VERSION 31
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct entry {
+    char *name;
+    struct stat st;
+};
+
+static struct entry *entries;  /* in listing order */
+static struct entry **sorted;  /* by name, for lookups */
+static size_t count;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(struct entry *const *)a)->name, (*(struct entry *const *)b)->name);
+}
+
+static int load(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        perror(path);
+        return -1;
+    }
+    size_t capacity = 1024;
+    entries = malloc(capacity * sizeof(*entries));
+    char *line = NULL;
+    size_t line_size = 0;
+    ssize_t n;
+    while ((n = getline(&line, &line_size, f)) > 0) {
+        if (line[n - 1] == '\n')
+            line[--n] = '\0';
+        char kind;
+        long long size;
+        int name_at;
+        if (sscanf(line, "%c %lld %n", &kind, &size, &name_at) != 2 || line[name_at] == '\0') {
+            fprintf(stderr, "%s: bad line: %s\n", path, line);
+            return -1;
+        }
+        if (count == capacity) {
+            capacity *= 2;
+            entries = realloc(entries, capacity * sizeof(*entries));
+        }
+        struct entry *e = &entries[count];
+        memset(e, 0, sizeof(*e));
+        e->name = strdup(line + name_at);
+        e->st.st_ino = 16 + count;
+        e->st.st_nlink = 1;
+        e->st.st_blksize = 1 << 20;
+        if (kind == 'd') {
+            e->st.st_mode = S_IFDIR | 0555;
+        } else {
+            e->st.st_mode = S_IFREG | 0444;
+            e->st.st_size = size;
+            e->st.st_blocks = (size + 511) / 512;
+        }
+        count++;
+    }
+    free(line);
+    fclose(f);
+    sorted = malloc(count * sizeof(*sorted));
+    for (size_t i = 0; i < count; i++)
+        sorted[i] = &entries[i];
+    qsort(sorted, count, sizeof(*sorted), by_name);
+    return 0;
+}
+
+static void *ls_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+    cfg->kernel_cache = 1;
+    cfg->entry_timeout = 86400.0;
+    cfg->attr_timeout = 86400.0;
+    cfg->negative_timeout = 86400.0;
+    cfg->use_ino = 1;
+    conn->want |= conn->capable & FUSE_CAP_READDIRPLUS;
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    return NULL;
+}
+
+static struct entry *find(const char *path)
+{
+    if (path[0] != '/' || strchr(path + 1, '/') != NULL)
+        return NULL;
+    struct entry key = {.name = (char *)path + 1};
+    struct entry *pkey = &key;
+    struct entry **found = bsearch(&pkey, sorted, count, sizeof(*sorted), by_name);
+    return found ? *found : NULL;
+}
+
+static int ls_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+    (void)fi;
+    if (strcmp(path, "/") == 0) {
+        memset(st, 0, sizeof(*st));
+        st->st_mode = S_IFDIR | 0555;
+        st->st_nlink = 1;
+        st->st_ino = 1;
+        return 0;
+    }
+    struct entry *e = find(path);
+    if (e == NULL)
+        return -ENOENT;
+    *st = e->st;
+    return 0;
+}
+
+static int ls_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
+                      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+    (void)fi;
+    enum fuse_fill_dir_flags plus = (flags & FUSE_READDIR_PLUS) ? FUSE_FILL_DIR_PLUS : 0;
+    struct stat dir = {.st_mode = S_IFDIR | 0555, .st_nlink = 1, .st_ino = 1};
+    int root = strcmp(path, "/") == 0;
+    if (!root && find(path) == NULL)
+        return -ENOENT;
+    size_t listed = root ? count : 0;
+    for (size_t position = (size_t)off; position < 2 + listed; position++) {
+        const char *name = position == 0 ? "." : position == 1 ? ".." : entries[position - 2].name;
+        const struct stat *st = position < 2 ? &dir : &entries[position - 2].st;
+        if (filler(buf, name, st, (off_t)position + 1, plus))
+            break;
+    }
+    return 0;
+}
+
+static int ls_open(const char *path, struct fuse_file_info *fi)
+{
+    (void)path;
+    (void)fi;
+    return -EACCES;
+}
+
+int main(int argc, char *argv[])
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s ENTRIES MOUNTPOINT [fuse options]\n", argv[0]);
+        return 2;
+    }
+    if (load(argv[1]) != 0)
+        return 1;
+    struct fuse_operations ops = {
+        .init = ls_init,
+        .getattr = ls_getattr,
+        .readdir = ls_readdir,
+        .open = ls_open,
+    };
+    argv[1] = argv[0];
+    return fuse_main(argc - 1, argv + 1, &ops, NULL);
+}
