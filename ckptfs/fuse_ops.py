@@ -251,7 +251,8 @@ class CheckpointFS:
             address = libfuse.memory_bufvec(b"")
         elif opened.fd >= 0:
             # libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
-            available = os.fstat(opened.fd).st_size
+            # lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
+            available = os.lseek(opened.fd, 0, os.SEEK_END)
             if available < opened.start + offset + count:
                 log.error("%s: read of %d bytes at offset %d: the source was truncated to %d bytes",
                           opened.path, count, offset, available)
