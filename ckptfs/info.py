@@ -9,8 +9,8 @@ paths), not re-encoded value by value, which would take seconds for such a file.
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
@@ -49,7 +49,7 @@ def description_text(ck: Checkpoint) -> str:
             budget.spend(2 * len(text))  # in the tensor list, and once more in the tree
             tensors.append(text)
         # Each tensor of the tree stands as a marker no checkpoint can contain, replaced by its text at the end.
-        marker = f"\x00ckptfs:tensor:{secrets.token_hex(16)}:"
+        marker = f"\x00ckptfs:tensor:{os.urandom(16).hex()}:"
         index = {id(tensor): n for n, tensor in enumerate(ck.tensors)}
 
         def stand_in(tensor: Tensor) -> str:

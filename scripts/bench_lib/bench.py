@@ -264,10 +264,11 @@ class MountManager:
         self.live.append(m)
         deadline = t0 + timeout
         if daemon:  # the command itself returns once the mount answers; the daemon lives on, detached
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise BenchError(f"{name}: {shlex.join(argv)} still running after {timeout:.0f} s") from None
+            # Polled every millisecond: Popen.wait(timeout=...) sleeps up to 50 ms between its polls.
+            while (code := proc.poll()) is None:
+                if time.perf_counter() > deadline:
+                    raise BenchError(f"{name}: {shlex.join(argv)} still running after {timeout:.0f} s")
+                time.sleep(0.001)
             if code != 0:
                 raise BenchError(f"{name}: {shlex.join(argv)} exited with {code}; log:\n{self.tail(m)}")
             os.listdir(mnt)
