@@ -344,6 +344,11 @@ class Layout:
         self.entries(directory)
         return directory.listing
 
+    def children(self, directory: Dir) -> list[Node]:
+        """One node per child of the directory's container, by position: no sidecars, no ``.ckptfs``."""
+        self.entries(directory)
+        return directory.children
+
     def _build(self, directory: Dir) -> None:
         container = directory.value
         pairs = self._kids[id(container)]
@@ -390,8 +395,7 @@ class Layout:
         node: Node = self.root
         for index in reversed(positions):
             assert isinstance(node, Dir)
-            self.entries(node)
-            node = node.children[index]
+            node = self.children(node)[index]
         return node
 
     def path_of(self, node: Node) -> str:
@@ -486,8 +490,8 @@ class Layout:
         entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
         ids: dict[int, int] = {} if self._boxed else {id(self.root.value): 0}
         next_id = 1
-        # Per open directory: its listing, its id, and the names on the way to it.
-        stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(self.listing(self.root)), 0, [])]
+        # Per open directory: its children, its id, and the names on the way to it.
+        stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(self.children(self.root)), 0, [])]
         last_folders, folder_text = stack[0][2], '"'
         shape_texts: dict[tuple[int, ...], str] = {}
         while stack:
@@ -497,8 +501,6 @@ class Layout:
                 stack.pop()
                 continue
             kind = node.kind
-            if kind is Kind.META or kind is Kind.META_LINK or node is self.control:
-                continue
             if len(tensors) + len(entries) > budget:
                 raise LimitExceededError(f"{INDEX_NAME} would exceed {budget} bytes (limit max_generated_bytes)")
             node_id, next_id = next_id, next_id + 1
@@ -523,7 +525,7 @@ class Layout:
                 line += ', "key": ' + key_text(node.key)
             if isinstance(node, Dir):
                 line += ", " + dumps(_container_kind(node.value))[1:]
-                stack.append((iter(self.listing(node)), node_id, [*folders, node.name]))
+                stack.append((iter(self.children(node)), node_id, [*folders, node.name]))
             elif kind is Kind.LINK:
                 line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
             else:
