@@ -22,7 +22,8 @@ from ckptfs.limits import Limits
 from ckptfs.model import Tensor
 from ckptfs.pathtext import PathTexts
 
-_VARYING = ("key", "record", "offset", "source_ranges")
+_STORAGE_FIELDS = ("key", "record", "offset")
+_VARYING = (*_STORAGE_FIELDS, "source_ranges")
 """The per-tensor values of a sidecar besides its path: its storage's key, record and offset, and its
 ``source_ranges``; in this order, the texts ``_Template.varying`` gives (``str.format`` fields 1–4)."""
 _Varying = Callable[[Tensor], tuple[str, str, str, str]]
@@ -94,7 +95,7 @@ def _make_template(tensor: Tensor) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
-    for name in _VARYING[:3]:
+    for name in _STORAGE_FIELDS:
         meta["storage"][name] = _marker(name)
     text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
     for field, name in enumerate(_VARYING, 1):
@@ -105,22 +106,16 @@ def _make_template(tensor: Tensor) -> _Template:
 def _varying_of_family(tensor: Tensor) -> _Varying:
     """The ``_VARYING`` texts of the tensor's family: whether its source is one range, and where in its storage
     that range is, is the family's."""
-    ranges = source_ranges(tensor)
     assert tensor.storage is not None
-    if ranges is None:
-        def varying(t: Tensor) -> tuple[str, str, str, str]:
-            storage = t.storage
-            return quote(storage.key), quote(storage.record), int.__repr__(storage.offset), "null"  # type: ignore
+    ranges = source_ranges(tensor)
+    one_range = ranges is not None
+    delta, nbytes = (ranges[0][0] - tensor.storage.offset, ranges[0][1] - ranges[0][0]) if one_range else (0, 0)
 
-        return varying
-    start, end = ranges[0]
-    delta, nbytes = start - tensor.storage.offset, end - start
-
-    def varying_range(t: Tensor) -> tuple[str, str, str, str]:
+    def varying(t: Tensor) -> tuple[str, str, str, str]:
         storage = t.storage
         offset = storage.offset  # type: ignore[union-attr]
         first = offset + delta
         return (quote(storage.key), quote(storage.record), int.__repr__(offset),  # type: ignore[union-attr]
-                f"[[{first}, {first + nbytes}]]")
+                f"[[{first}, {first + nbytes}]]" if one_range else "null")
 
-    return varying_range
+    return varying

@@ -902,8 +902,12 @@ class Bench:
                          + (["clist"] if self.have_ckptfs else []))
                 for side in sides:
                     tag = f"{side}-{fmt}"
-                    m = (self.mount_ratar(src, tag) if side == "ratar" else self.mount_clist(listing, tag)
-                         if side == "clist" else self.mount_ckptfs(src, tag, alt=side == "alt"))
+                    if side == "ratar":
+                        m = self.mount_ratar(src, tag)
+                    elif side == "clist":
+                        m = self.mount_clist(listing, tag)
+                    else:
+                        m = self.mount_ckptfs(src, tag, alt=side == "alt")
                     try:
                         ready.add(side, m.ready_s)
                         find.add(side, timed(["find", m.mnt, "-ls"]))
