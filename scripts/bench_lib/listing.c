@@ -51,7 +51,9 @@ static int load(const char *path)
         char kind;
         long long size;
         int name_at;
-        if (sscanf(line, "%c %lld %n", &kind, &size, &name_at) != 2 || line[name_at] == '\0') {
+        /* One space ends the size: a name may itself begin with spaces. */
+        if (sscanf(line, "%c %lld%n", &kind, &size, &name_at) != 2 || line[name_at] != ' ' ||
+            line[++name_at] == '\0') {
             fprintf(stderr, "%s: bad line: %s\n", path, line);
             return -1;
         }
