@@ -127,16 +127,17 @@ class CheckpointFS:
         """The entry's own attributes into a ``struct stat`` that already holds the template."""
         st.st_ino = node.ino
         st.st_mode = self._modes[node.kind]
-        if node.kind is Kind.DIR:
-            return
-        size = min(node.size if node.size >= 0 else self._size(node), MAX_FILE_SIZE)
+        size = self._size(node)
         st.st_size = size
         st.st_blocks = (size + 511) >> 9
 
     def _size(self, node: Node) -> int:
-        """The node's size; 0 (logged) when it cannot be computed, so that its listing still lists."""
+        """The node's file size, at most ``MAX_FILE_SIZE``; 0 (logged) when it cannot be computed, so that its
+        listing still lists."""
+        if node.size >= 0:
+            return min(node.size, MAX_FILE_SIZE)
         try:
-            return self.layout.size(node)
+            return min(self.layout.size(node), MAX_FILE_SIZE)
         except Exception:
             log.exception("%s: cannot compute its size", self.layout.path_of(node))
             return 0
@@ -182,9 +183,7 @@ class CheckpointFS:
         if listing is not None:
             return listing
         nodes = [directory, directory.parent or directory, *self.layout.listing(directory)]
-        size = self._size
-        sizes = [0 if node.kind is Kind.DIR else min(node.size if node.size >= 0 else size(node), MAX_FILE_SIZE)
-                 for node in nodes]
+        sizes = [self._size(node) for node in nodes]
         modes = self._modes
         memory = bytearray(self._template * len(nodes))
         view = memoryview(memory)
@@ -233,7 +232,7 @@ class CheckpointFS:
             data = self.layout.content(node)
             return OpenFile(path, len(data), data=data)
         tensor: Tensor = node.value
-        size = min(self.layout.size(node), MAX_FILE_SIZE)
+        size = self._size(node)
         ranges = source_ranges(tensor) if size else None
         if ranges is None or self._fd is None:
             return OpenFile(path, size, tensor=tensor)
