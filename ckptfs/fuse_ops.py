@@ -183,7 +183,10 @@ class CheckpointFS:
         if listing is not None:
             return listing
         nodes = [directory, directory.parent or directory, *self.layout.listing(directory)]
-        sizes = [self._size(node) for node in nodes]
+        try:
+            sizes = [min(size, MAX_FILE_SIZE) for size in self.layout.sizes(nodes)]
+        except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
+            sizes = [self._size(node) for node in nodes]
         modes = self._modes
         memory = bytearray(self._template * len(nodes))
         view = memoryview(memory)

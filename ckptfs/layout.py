@@ -424,6 +424,13 @@ class Layout:
             node.size = self._size(node)
         return node.size
 
+    def sizes(self, nodes: list[Node]) -> list[int]:
+        """``[self.size(node) for node in nodes]``, the sidecars' made together: listings need every one."""
+        metas = [node for node in nodes if node.size < 0 and node.kind is Kind.META]
+        for node, size in zip(metas, self._sidecar.sizes([node.value for node in metas])):
+            node.size = size
+        return [node.size if node.size >= 0 else self.size(node) for node in nodes]
+
     def _size(self, node: Node) -> int:
         kind = node.kind
         if kind is Kind.TENSOR:

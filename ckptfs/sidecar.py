@@ -14,7 +14,7 @@ byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ckptfs.describe import source_ranges, tensor_metadata
 from ckptfs.jsontext import dumps, quote
@@ -71,11 +71,20 @@ class SidecarMaker:
         return template.text.format(path, *template.varying(tensor)).encode("ascii")
 
     def size(self, tensor: Tensor) -> int:
-        """``len(self(tensor))``, without making the text (listings need every sidecar's size)."""
-        template = self._template(tensor)
-        if template is None:
-            return len(self(tensor))
-        return template.fixed + len(self._paths.path_text(tensor.trail)) + len("".join(template.varying(tensor)))
+        """``len(self(tensor))``, without making the text."""
+        return self.sizes((tensor,))[0]
+
+    def sizes(self, tensors: Iterable[Tensor]) -> list[int]:
+        """``[len(self(t)) for t in tensors]``, without making the texts: a listing needs every sidecar's."""
+        sizes = []
+        path_text = self._paths.path_text
+        for tensor in tensors:
+            template = self._template(tensor)
+            if template is None:
+                sizes.append(len(self(tensor)))
+            else:
+                sizes.append(template.fixed + len(path_text(tensor.trail)) + len("".join(template.varying(tensor))))
+        return sizes
 
     def _template(self, tensor: Tensor) -> _Template | None:
         family = _family(tensor)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ckptfs
-from ckptfs import fuse_ops
+from ckptfs import Limits, fuse_ops
 from ckptfs.layout import Dir, Layout
 from corpus import save_zip
 
@@ -57,3 +57,18 @@ def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         fs._listing(second)
         assert fs._listing(first) is not kept
         assert fs._listed <= 10 + len(kept.nodes)
+
+
+def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
+    """Sizes are computed for a whole listing at once; one sidecar over max_generated_bytes spoils only itself."""
+    path = save_zip({"a": torch.zeros(2), "k" * 3000: torch.ones(3), "z": torch.zeros(1)}, tmp_path / "long.pt")
+    with ckptfs.open(path, Limits(max_generated_bytes=2000)) as ck:
+        layout = Layout(ck)
+        fs = fuse_ops.CheckpointFS(ck, layout)
+        listing = fs._listing(layout.root)
+        sizes = {node.name: listing.stats[position].st_size for position, node in enumerate(listing.nodes)}
+        long_name = layout.node_of(ck.tensors[1]).name
+        assert sizes[long_name + ".json"] == 0
+        assert sizes[long_name] == 12
+        for name in ("a.json", "z.json"):
+            assert sizes[name] == len(layout.content(layout.lookup("/" + name))) > 0
