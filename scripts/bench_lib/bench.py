@@ -6,6 +6,8 @@ the per-run ratio, so drift of the machine cancels:
 
 * raw     the same byte range of the .pt read directly (the physical limit; the source is warm)
 * cpass   a minimal C pass-through on libfuse3 exposing that byte range (the kernel's FUSE limit)
+* clist   a C file system listing the root ckptfs shows (mount and ``find -ls`` figures)
+* floor   a Python process reading the pickle with the C unpickler (``pickle_floor.py``), plus clist
 * ckptfs  the tensor file of ``ckptfs mount``
 * ratar   the same record through ratarmount (``--ratarmount``)
 * torch   ``torch.load(mmap=True, weights_only=True)`` + names and shapes (legacy: plain load)
@@ -433,7 +435,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "clist", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "cpickle", "floor", "ckptfs", "alt", "ratar", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present
@@ -444,6 +446,8 @@ def render_table(res: Results) -> str:
     lines.append("Medians (%s):" % ", ".join(
         {"raw": "raw = .pt byte range read directly", "cpass": "cpass = C libfuse3 pass-through",
          "clist": "clist = C libfuse3 file system listing the root entries ckptfs lists",
+         "cpickle": "cpickle = Python process reading the pickle with the C unpickler",
+         "floor": "floor = cpickle + clist",
          "ckptfs": "ckptfs = tensor file of ckptfs mount", "alt": "alt = ckptfs from --alt-root/--alt-env",
          "ratar": "ratar = ratarmount",
          "torch": "torch = torch.load(+mmap) and listing"}[s] for s in present))
@@ -897,6 +901,9 @@ class Bench:
                 find = self.res.fig(f"find_{fmt}", f"find -ls, {self.n_many} tensors, {fmt}", "s")
                 rss = self.res.fig(f"rss_{fmt}", f"daemon peak RSS, {self.n_many} tensors, {fmt}", "MiB")
                 listing = self.workdir / f"root-entries-{fmt}.txt"
+                # The floor of a Python mount: a Python process reading the pickle with the C unpickler, and
+                # the C file system listing the same root.
+                ready.add("cpickle", timed([sys.executable, str(LIB / "pickle_floor.py"), src]))
                 sides = ((["ckptfs"] if self.have_ckptfs else []) + (["alt"] if self.have_alt else [])
                          + (["ratar"] if a.ratarmount and fmt == "zip" else [])
                          + (["clist"] if self.have_ckptfs else []))
@@ -910,6 +917,8 @@ class Bench:
                         m = self.mount_ckptfs(src, tag, alt=side == "alt")
                     try:
                         ready.add(side, m.ready_s)
+                        if side == "clist":
+                            ready.add("floor", ready.values["cpickle"][-1] + m.ready_s)
                         find.add(side, timed(["find", m.mnt, "-ls"]))
                         if run_i == 0:
                             out = subprocess.run(["find", m.mnt, "-type", "f"], capture_output=True, check=True)
@@ -958,6 +967,9 @@ class Bench:
             c.append(Check(f"find_{fmt}", "ckptfs", "ratar", "<=", None, f"find -ls ({fmt}) / ratarmount"))
             c.append(Check(f"mount_{fmt}", "ckptfs", "clist", "<=", None,
                            f"mount ready ({fmt}) / C listing of the same root"))
+            c.append(Check(f"mount_{fmt}", "floor", None, "<=", None,
+                           f"floor of a Python mount ({fmt}): C unpickler process + C listing, seconds"))
+            c.append(Check(f"mount_{fmt}", "ckptfs", "floor", "<=", None, f"mount ready ({fmt}) / that floor"))
             c.append(Check(f"find_{fmt}", "ckptfs", "clist", "<=", None, f"find -ls ({fmt}) / C listing of the same root"))
             c.append(Check(f"rss_{fmt}", "ckptfs", None, "<=", 80, f"daemon peak RSS ({fmt}), MiB"))
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
