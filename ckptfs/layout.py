@@ -62,7 +62,6 @@ two for later views).
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import re
 import threading
@@ -214,6 +213,8 @@ def _shorten(name: str) -> str:
     percent = cut.find("%", len(cut) - 2)
     if percent >= 0:
         cut = cut[:percent]
+    import hashlib  # here: only long names need it, and loading OpenSSL costs every mount about 3 ms
+
     return f"{cut}%~{hashlib.sha256(raw).hexdigest()[:HASH_DIGITS]}"
 
 
