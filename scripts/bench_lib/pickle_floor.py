@@ -24,16 +24,13 @@ LEGACY_PICKLES = 5
 class _Placeholder:
     """What every global becomes: calling it (REDUCE, NEWOBJ) gives back the arguments."""
 
-    def __init__(self, module: str, name: str) -> None:
-        self.qualname = (module, name)
-
     def __call__(self, *args: object) -> tuple[object, ...]:
         return args
 
 
 class _FloorUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
-        return _Placeholder(module, name)
+        return _Placeholder()
 
     def persistent_load(self, pid: object) -> object:
         return pid
