@@ -26,17 +26,20 @@ What the mount shows
 
 Names
 -----
-An entry's name is made from its key, one name per key, reversibly:
+An entry's name is made from its key, one name per key, reversibly given the
+container (``child_names``):
 
 * int keys and list/tuple indices: decimal (``0``, ``17``, ``-3``).
 * str keys: the key itself, with these characters written as ``%XX`` for
   each of their UTF-8 bytes: ``%``, ``/``, control characters (NUL, newline,
   ESC …, DEL) and lone surrogates; and also
     - a leading ``.``: ``.``, ``..`` and ``.hidden`` become ``%2E``, ``%2E.``, ``%2Ehidden``;
-    - the first character of a key that looks like an int: str ``'7'`` is
-      ``%37`` while int ``7`` is ``7``;
     - the ``.`` of a reserved suffix ``.json``, ``.npy``, ``.safetensors``:
-      key ``config.json`` is ``config%2Ejson``.
+      key ``config.json`` is ``config%2Ejson``;
+    - the first character of a key that is an int's name when the same
+      container also has that int key: beside int ``7``, str ``'7'`` is
+      ``%37``; alone it is ``7`` (a TorchScript ``nn.Sequential``'s
+      children ``'0'``, ``'1'`` … are ``0``, ``1`` …).
 * any other key (``''``, bool, float, None, tuple, bytes …): ``%=`` and the
   key's JSON (as in the index), escaped the same way: ``%=""``, ``%=true``,
   ``%={"$tuple":[1,2]}``.
@@ -46,8 +49,10 @@ An entry's name is made from its key, one name per key, reversibly:
 * Should two keys of one container still give one name (only a hand-made
   pickle repeats a key), the later entries end with ``%#N``, N the position.
 
-Decoding: ``%~`` → see the index; strip ``%#N``; ``%=`` → JSON; digits with an
-optional ``-`` → int; otherwise percent-decode to str (``key_of_name``).
+Decoding (``key_of_name``): ``%~`` → see the index; strip ``%#N``; ``%=`` →
+JSON; a bare int's name (``0``, ``-3``) → the int key in a list or tuple, and
+in a dict or object the int key if the container has it, else the str key
+(the index's ``key`` says which); otherwise percent-decode to str.
 
 Names beginning with ``.`` and names ending in a reserved suffix never come
 from keys, so ckptfs' own entries cannot collide with them: ``NAME.json``
@@ -103,9 +108,8 @@ DIR_CACHE_SIZE = 4096
 
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
 _ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
-_INT_LIKE = re.compile(r"-?[0-9]+")
-_MAYBE_ESCAPED_FIRST = frozenset(".-0123456789")
-"""First characters that are escaped in some keys (a leading dot, an int-like key)."""
+_INT_NAME = re.compile(r"0|-?[1-9][0-9]*")
+"""The names of int keys, ``str(k)``: a str key spelled so is escaped only beside its int."""
 _DUPLICATE_SUFFIX = re.compile(r"%#[0-9]+\Z")
 _PERCENT_ESCAPE = re.compile("(?:%[0-9A-F]{2})+")
 
@@ -153,25 +157,50 @@ class Dir(Node):
         """One node per child of the container, by position."""
 
 
-def entry_name(key: Key) -> str:
-    """The file name of the child with this key (rules in the module docstring), before de-duplication."""
+def entry_name(key: Key, beside_int: bool = False) -> str:
+    """The file name of the child with this key (rules in the module docstring), before ``child_names``' checks.
+
+    ``beside_int``: the container also has an int key; a str key spelling its name is then escaped.
+    """
     if type(key) is int:
         name = str(key)
     elif type(key) is str and key:
-        name = _escape_str(key)
+        name = _escape_str(key, beside_int and _INT_NAME.fullmatch(key) is not None)
     else:
         name = "%=" + _escape_chars(json.dumps(encode_key(key), ensure_ascii=False, separators=(",", ":")))
     return _shorten(name) if len(name) > MAX_NAME_BYTES // 4 else name
 
 
-def key_of_name(name: str) -> Any:
-    """The key an entry name stands for, as the index writes keys (JSON); ValueError for shortened names."""
+def child_names(keys: list[Key]) -> list[str]:
+    """The names of one container's children, by position: distinct, each reversible given the container."""
+    names = [entry_name(key) for key in keys]
+    if len(set(names)) == len(names):
+        return names
+    int_names = {name for name, key in zip(names, keys) if type(key) is int}
+    seen: set[str] = set()
+    for position, key in enumerate(keys):
+        name = names[position]
+        if type(key) is str and name in int_names:
+            name = entry_name(key, beside_int=True)
+        if name in seen:
+            name = f"{name}%#{position}"
+        seen.add(name)
+        names[position] = name
+    return names
+
+
+def key_of_name(name: str, int_key: bool = False) -> Any:
+    """The key an entry name stands for, as the index writes keys (JSON); ValueError for shortened names.
+
+    ``int_key``: the name's container is a list or tuple, or has the int key an int's name (``7``) may stand
+    for; else such a name stands for a str key.
+    """
     if "%~" in name:
         raise ValueError(f"{name!r} is shortened; its key is in {CONTROL_DIR}/{INDEX_NAME}")
     name = _DUPLICATE_SUFFIX.sub("", name)
     if name.startswith("%="):
         return json.loads(_unescape(name[2:]))
-    return encode_key(int(name) if _INT_LIKE.fullmatch(name) else _unescape(name))
+    return encode_key(int(name) if int_key and _INT_NAME.fullmatch(name) else _unescape(name))
 
 
 def _percent(char: str) -> str:
@@ -182,10 +211,10 @@ def _escape_chars(text: str) -> str:
     return _ESCAPED_CHAR.sub(lambda m: _percent(m.group()), text)
 
 
-def _escape_str(key: str) -> str:
+def _escape_str(key: str, beside_int: bool) -> str:
     """A non-empty str key's name. Linear in C (keys can be megabytes long): no per-character Python."""
     plain = _ESCAPED_CHAR.search(key) is None
-    if plain and key[0] not in _MAYBE_ESCAPED_FIRST and not key.endswith(RESERVED_SUFFIXES):
+    if plain and key[0] != "." and not beside_int and not key.endswith(RESERVED_SUFFIXES):
         return key
     text = key if plain else _escape_chars(key)
     dot = next((len(key) - len(suffix) for suffix in RESERVED_SUFFIXES if key.endswith(suffix)), -1)
@@ -193,7 +222,7 @@ def _escape_str(key: str) -> str:
         # The suffix's characters are never escaped, so it ends the text as it ends the key.
         at = len(text) - len(key) + dot
         text = text[:at] + "%2E" + text[at + 1 :]
-    if dot != 0 and (key[0] == "." or _INT_LIKE.fullmatch(key)):
+    if dot != 0 and (key[0] == "." or beside_int):
         text = _percent(key[0]) + text[1:]
     return text
 
@@ -360,10 +389,9 @@ class Layout:
         if directory is self.root:
             entries[CONTROL_DIR] = self.control
             listing.append(self.control)
+        names = [ROOT_VALUE_NAME] if self._boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
-            name = ROOT_VALUE_NAME if self._boxed else entry_name(key)
-            if name in entries:
-                name = f"{name}%#{position}"
+            name = names[position]
             node = self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
             listing.append(node)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ckptfs
@@ -26,12 +26,14 @@ from ckptfs.layout import (
     Kind,
     Layout,
     Node,
+    child_names,
     entry_name,
     key_of_name,
     value_bytes,
 )
 from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.sidecar import SidecarMaker
+from ckptfs.tree import children
 from ckptfs.unpickle import PickledObject
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
 from index_files import files_by_id
@@ -44,26 +46,51 @@ _keys = st.one_of(
 )
 
 
-@given(_keys)
-def test_names_are_legal_and_decode_to_their_key(key: Any) -> None:
-    name = entry_name(key)
+@given(_keys, st.booleans())
+def test_names_are_legal_and_decode_to_their_key(key: Any, beside_int: bool) -> None:
+    name = entry_name(key, beside_int=beside_int and type(key) is str)
     raw = name.encode("utf-8")
     assert 0 < len(raw) <= MAX_NAME_BYTES and len(raw + META_SUFFIX.encode()) <= 255
     assert "/" not in name and "\0" not in name and not name.startswith(".")
     assert not name.endswith(RESERVED_SUFFIXES)
     assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
     if "%~" not in name:
-        assert key_of_name(name) == encode_key(key)
+        assert key_of_name(name, int_key=type(key) is int) == encode_key(key)
+        if beside_int and type(key) is str:  # escaped: a str whatever the container holds
+            assert key_of_name(name, int_key=True) == key
 
 
-@given(st.lists(_keys, max_size=8))
-def test_keys_of_one_dict_get_distinct_names(keys: list[Any]) -> None:
-    distinct = dict.fromkeys(keys)
-    assert len({entry_name(k) for k in distinct}) == len(distinct)
+def _decodes_in(names: list[str], keys: list[Any]) -> list[Any]:
+    """Each name's key, knowing only which int keys its container has (what the index's ``key`` fields say)."""
+    int_names = {str(k) for k in keys if type(k) is int}
+    return [key_of_name(name, int_key=name.partition("%#")[0] in int_names) for name in names]
+
+
+_int_like_keys = st.one_of(st.integers(-20, 20), st.integers(-20, 20).map(str),
+                           st.sampled_from(["007", "-0", "+1", " 1", "1.0", "٣"]), _keys)
+
+
+@given(st.lists(_int_like_keys, max_size=12))
+def test_keys_of_one_container_get_distinct_reversible_names(keys: list[Any]) -> None:
+    distinct = list(dict.fromkeys(keys, None))
+    distinct = [k for k in distinct if not (type(k) is bool and any(type(o) is int and o == k for o in distinct))]
+    names = child_names(distinct)
+    assert len(set(names)) == len(names)
+    for name, key in zip(names, distinct):
+        assert name == entry_name(key, beside_int=type(key) is str and key in {str(k) for k in distinct
+                                                                             if type(k) is int})
+    shortened = ["%~" in name for name in names]
+    assert [k for k, cut in zip(_decodes_in(names, distinct), shortened) if not cut] == [
+        encode_key(k) for k, cut in zip(distinct, shortened) if not cut]
+
+
+def test_repeated_keys_get_a_position_suffix() -> None:
+    assert child_names(["a", "7", 7, "a", 7, "7"]) == ["a", "%37", "7", "a%#3", "7%#4", "%37%#5"]
+    assert _decodes_in(["a", "%37", "7", "a%#3", "7%#4", "%37%#5"], ["a", "7", 7]) == ["a", "7", 7, "a", 7, "7"]
 
 
 @pytest.mark.parametrize("key, name", [
-    ("weight", "weight"), (7, "7"), ("7", "%37"), (-3, "-3"), ("-3", "%2D3"), ("a/b", "a%2Fb"),
+    ("weight", "weight"), (7, "7"), ("7", "7"), (-3, "-3"), ("-3", "-3"), ("007", "007"), ("a/b", "a%2Fb"),
     (".", "%2E"), ("..", "%2E."), (".hidden", "%2Ehidden"), ("", '%=""'), ("x\0y", "x%00y"),
     ("w.json", "w%2Ejson"), ("w.npy", "w%2Enpy"), ("model.safetensors", "model%2Esafetensors"),
     ("100%", "100%25"), ("é", "é"), ("\n", "%0A"), (True, "%=true"), (None, "%=null"), (1.5, "%=1.5"),
@@ -73,6 +100,20 @@ def test_keys_of_one_dict_get_distinct_names(keys: list[Any]) -> None:
 ])
 def test_documented_names(key: Any, name: str) -> None:
     assert entry_name(key) == name
+
+
+@pytest.mark.parametrize("keys, names", [
+    (["0", "1", "training"], ["0", "1", "training"]),
+    ([7, "7"], ["7", "%37"]),
+    (["7", 7], ["%37", "7"]),
+    (["-3", -3, "-0", 0, "007", 7], ["%2D3", "-3", "-0", "0", "007", "7"]),
+    ([True, 1, "1"], ["%=true", "1", "%31"]),
+    (["x" * 300 + "7", 10**300, str(10**300)], [entry_name("x" * 300 + "7"), entry_name(10**300),
+                                               entry_name(str(10**300), beside_int=True)]),
+])
+def test_documented_directories(keys: list[Any], names: list[str]) -> None:
+    assert child_names(keys) == names
+    assert len(set(names)) == len(names)
 
 
 def test_long_names_are_cut_and_hashed() -> None:
@@ -109,6 +150,8 @@ def test_tree_names_links_and_sidecars(tmp_path: Path) -> None:
         layout = Layout(ck)
         assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w%2Ejson", "7", "%37",
                                                "epoch"]
+        assert layout.content(layout.lookup("/7")) == b"int\n"  # type: ignore[arg-type]
+        assert layout.content(layout.lookup("/%37")) == b"str\n"  # type: ignore[arg-type]
         b = layout.lookup("/b")
         assert b is not None and b.kind is Kind.LINK and layout.link_target(b) == "a"
         w = layout.lookup("/w")
@@ -214,6 +257,13 @@ def test_root_that_is_a_tensor(tmp_path: Path) -> None:
         assert index["entries"] == [{"id": 0, "name": "", "kind": "dir"}]
 
 
+def _has_int_key(directory: Dir | None, name: str) -> bool:
+    """Whether ``name`` may stand for an int key in ``directory``: what a reader of the index knows."""
+    assert directory is not None
+    return isinstance(directory.value, (list, tuple)) or any(type(k) is int and str(k) == name.partition("%#")[0]
+                                                             for k, _ in children(directory.value))
+
+
 def index_kind(container: Any) -> str:
     kinds = {dict: "dict", list: "list", tuple: "tuple", SparseTensor: "sparse", NestedTensor: "nested",
              PickledObject: "object"}
@@ -241,7 +291,7 @@ def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name:
             assert node is not None and node.name == entry["name"]
             assert entry["key"] == encode_key(node.key)
             if "%~" not in node.name:
-                assert key_of_name(node.name) == entry["key"]
+                assert key_of_name(node.name, int_key=_has_int_key(node.parent, node.name)) == entry["key"]
             if entry["kind"] == "value":
                 assert node.kind is Kind.VALUE and entry["size"] == len(value_bytes(node.value)) == layout.size(node)
                 if entry["size"] <= 256:
@@ -335,3 +385,27 @@ def resolve(base: str, relative: str) -> str:
         elif part != ".":
             parts.append(part)
     return "/".join(parts)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(_int_like_keys, min_size=1, max_size=10), tensors=st.lists(st.booleans(), min_size=10,
+                                                                                 max_size=10))
+@example(keys=[7, "7", "0", 0, "-3", "007"], tensors=[True, False] * 5)
+def test_index_maps_every_name_back_to_its_key(tmp_path: Path, keys: list[Any], tensors: list[bool]) -> None:
+    """In a mounted dict of awkward keys (ints, strs spelling ints, both), names are distinct and the index
+    gives each name's exact key; a reader knowing the dict's int keys decodes each name to it too."""
+    obj = {key: torch.full((1,), float(n)) if tensors[n] else n for n, key in enumerate(keys)}
+    with ckptfs.open(save_zip(obj, tmp_path / "keys.pt")) as ck:
+        layout = Layout(ck)
+        names = [node.name for node in layout.children(layout.root)]
+        assert len(set(names)) == len(names) == len(obj)
+        index = json.loads(layout.index_bytes())
+        keyed = [(e["name"], e["key"]) for e in index["entries"] if e.get("parent") == 0]
+        keyed += [(t["file"], t["path"][-1]) for t in index["tensors"]]
+        assert sorted(keyed, key=repr) == sorted(zip(names, [encode_key(k) for k in obj]), key=repr)
+        int_names = {str(k) for k in obj if type(k) is int}
+        for name, key in keyed:
+            node = layout.lookup("/" + name)
+            assert node is not None and encode_key(node.key) == key
+            if "%~" not in name:
+                assert key_of_name(name, int_key=name in int_names) == key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,7 +13,8 @@ from typing import Any, Callable
 
 import pytest
 
-from ckptfs.layout import entry_name
+from ckptfs.describe import encode_key
+from index_files import file_of_path
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -100,8 +102,9 @@ def _gone(pid: int) -> bool:
 
 
 def tensor_file(mnt: Path, path: tuple[Any, ...]) -> Path:
-    """Where a tensor path lives in the mount (through symlinks for shared objects)."""
-    return mnt.joinpath(*(entry_name(key) for key in path))
+    """Where a tensor path lives in the mount (through symlinks for shared objects), as the index says."""
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_bytes())
+    return mnt / file_of_path(index, [encode_key(key) for key in path])
 
 
 def require_fuse() -> None:

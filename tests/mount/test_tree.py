@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ pytestmark = pytest.mark.mount
 
 AWKWARD_KEYS: list[object] = ["a/b", ".", "..", "", ".hidden", "w", "w.json", "7", 7, "x" * 300, "é/ü", "\n",
                               "model.safetensors", "100%"]
+AWKWARD_NAMES = {"a/b": "a%2Fb", ".": "%2E", "..": "%2E.", "": '%=""', ".hidden": "%2Ehidden", "w.json": "w%2Ejson",
+                 "7": "%37", 7: "7", "\n": "%0A", "model.safetensors": "model%2Esafetensors", "100%": "100%25"}
+"""The names the README's rules give (str ``'7'`` is escaped: int ``7`` is beside it)."""
 
 
 def walk_files(mnt: Path) -> set[str]:
@@ -85,8 +89,58 @@ def test_values_links_and_awkward_keys(tmp_path: Path, mounter: Mounter) -> None
         files = {tuple(t["path"]): t["file"] for t in index["tensors"]}
         for key, t in tensors.items():
             file = files[("keys", encode_key(key))]
-            assert file == "keys/" + entry_name(key)
+            assert file == "keys/" + AWKWARD_NAMES.get(key, entry_name(key))  # type: ignore[call-overload]
             assert (mnt / file).read_bytes() == torch_bytes(t)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        self.heads = torch.nn.ModuleList([torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.encoder(x)
+        out = x[:, :1]
+        for head in self.heads:
+            out = out + head(x)
+        return out
+
+
+def test_torchscript_sequential_children_are_named_by_their_keys(tmp_path: Path, mounter: Mounter) -> None:
+    """nn.Sequential and nn.ModuleList children are attributes ``'0'``, ``'1'`` …: files ``encoder/0/weight``."""
+    module = _Stack()
+    path = tmp_path / "stack.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(module), str(path))
+    mnt = mounter(path)
+    assert {"0", "1", "2"} <= set(os.listdir(mnt / "encoder")) and {"0", "1"} <= set(os.listdir(mnt / "heads"))
+    listed = walk_files(mnt)
+    for name, tensor in module.state_dict().items():
+        file = name.replace(".", "/")
+        assert file in listed and file + ".json" in listed
+        assert (mnt / file).read_bytes() == torch_bytes(tensor)
+        assert json.loads((mnt / (file + ".json")).read_text())["path"] == name.split(".")
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    assert {tuple(t["path"]): t["file"] for t in index["tensors"]} == {
+        tuple(name.split(".")): name.replace(".", "/") for name in module.state_dict()}
+    ls = subprocess.run(["ls", str(mnt / "encoder" / "0")], capture_output=True, text=True, check=True).stdout
+    assert ls.split() == sorted(["bias", "bias.json", "weight", "weight.json", "training", "_is_full_backward_hook"])
+
+
+def test_str_and_int_keys_spelling_one_number(tmp_path: Path, mounter: Mounter) -> None:
+    """A dict with both ``'7'`` and ``7``: int 7 is ``7``, str ``'7'`` is ``%37``; a lone ``'0'`` is ``0``."""
+    seven, str_seven, zero = torch.arange(3.0), torch.arange(4, dtype=torch.int16), torch.ones(2)
+    mnt = mounter(save_zip({"7": str_seven, 7: seven, "0": zero, "8": "eight"}, tmp_path / "sevens.pt"))
+    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "%37", "%37.json", "7", "7.json", "0", "0.json", "8"])
+    assert (mnt / "7").read_bytes() == torch_bytes(seven) and (mnt / "%37").read_bytes() == torch_bytes(str_seven)
+    assert (mnt / "0").read_bytes() == torch_bytes(zero) and (mnt / "8").read_text() == "eight\n"
+    assert json.loads((mnt / "7.json").read_text())["path"] == [7]
+    assert json.loads((mnt / "%37.json").read_text())["path"] == ["7"]
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    assert [(t["path"], t["file"]) for t in index["tensors"]] == [(["7"], "%37"), ([7], "7"), (["0"], "0")]
+    assert [(e["key"], e["name"]) for e in index["entries"][1:]] == [("8", "8")]
 
 
 def test_shared_reference_bomb(tmp_path: Path, mounter: Mounter) -> None:
