@@ -14,10 +14,12 @@ from typing import Any, Iterator
 from ckptfs.errors import LimitExceededError
 from ckptfs.limits import Limits
 from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
-from ckptfs.unpickle import PickledObject
+from ckptfs.unpickle import Global, PickledObject
 
-STATE_KEY = "__state__"
+CALLABLE_KEY = "__callable__"
 ARGS_KEY = "__args__"
+KWARGS_KEY = "__kwargs__"
+STATE_KEY = "__state__"
 
 
 def is_container(value: Any) -> bool:
@@ -38,18 +40,45 @@ def children(value: Any) -> list[tuple[Key, Any]]:
 
 
 def _object_children(obj: PickledObject) -> list[tuple[Key, Any]]:
-    items: list[tuple[Key, Any]] = list(obj.dict_items) + list(enumerate(obj.list_items))
-    state = obj.state
-    if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
-        merged = {**(state[0] or {}), **(state[1] or {})}
-        state = merged or None
-    if isinstance(state, dict) and not items and all(isinstance(k, str) for k in state):
-        items = list(state.items())
-    elif state is not None:
-        items.append((STATE_KEY, state))
-    if obj.args and any(is_container(a) or isinstance(a, Tensor) for a in obj.args):
-        items.insert(0, (ARGS_KEY, obj.args))
+    """Everything the pickle gave the object: what was called unless a name, arguments, items and states.
+
+    A state that is a dict of str keys (``__dict__``, or the pair of a
+    ``__slots__`` state whose two dicts share no key) shows its attributes as
+    the object's own children, as TorchScript modules' do, unless items were
+    set on the object too; any other state is one child, ``__state__``, and so
+    is the state of each further ``BUILD``.
+    """
+    items: list[tuple[Key, Any]] = []
+    if not isinstance(obj.callable, Global):  # the result of another call (``getattr(module, 'system')``…)
+        items.append((CALLABLE_KEY, obj.callable))
+    if obj.args:
+        items.append((ARGS_KEY, obj.args))
+    if obj.kwargs is not None:
+        items.append((KWARGS_KEY, obj.kwargs))
+    items += obj.dict_items
+    items += enumerate(obj.list_items)
+    attributes = None if obj.dict_items or obj.list_items else _attributes(obj.state)
+    if attributes is not None:
+        items += attributes
+    elif obj.state is not None:
+        items.append((STATE_KEY, obj.state))
+    items += ((STATE_KEY, later) for later in obj.later_states or ())
     return items
+
+
+def _attributes(state: Any) -> list[tuple[Key, Any]] | None:
+    """The attributes a state sets when it sets nothing else: a dict of str keys, or a ``__slots__`` pair of them."""
+    if isinstance(state, dict):
+        dicts = [state]
+    elif isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+        dicts = [s for s in state if s]
+        if len(dicts) == 2 and dicts[0].keys() & dicts[1].keys():
+            return None
+    else:
+        return None
+    if not all(type(key) is str for d in dicts for key in d):
+        return None
+    return [pair for d in dicts for pair in d.items()]
 
 
 def child_at(value: Any, key: Key) -> Any:

@@ -40,8 +40,11 @@ class PickledObject:
 
     callable: Any
     args: tuple[Any, ...] = ()
-    kwargs: dict[Any, Any] | None = None
+    kwargs: Any = None
+    """``NEWOBJ_EX``'s keyword arguments (a dict, unless the pickle is hand-made); None when there are none."""
     state: Any = None
+    later_states: list[Any] | None = None
+    """States of further ``BUILD``s (a hand-made pickle's: the first may plant a ``__setstate__``)."""
     list_items: list[Any] = field(default_factory=list)
     dict_items: list[tuple[Any, Any]] = field(default_factory=list)
 
@@ -50,7 +53,7 @@ class PickledObject:
         return self.callable.qualname if isinstance(self.callable, Global) else type(self.callable).__name__
 
     def __repr__(self) -> str:
-        # Never the arguments: they may be deep, cyclic or shared 2**40 times.
+        # The arguments only bounded (``short_repr``): they may be deep, cyclic or shared 2**40 times.
         return f"<{self.class_name}(...)>"
 
 
@@ -111,9 +114,13 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
         return value.qualname[: limit + 1]
     if isinstance(value, UnhashableKey):
         return _bounded_repr(value.value, depth, limit)
+    if isinstance(value, PickledObject):
+        if not value.args:
+            return f"<{value.class_name}()>"
+        return f"<{value.class_name}{_bounded_repr(value.args, depth, limit)}>" if depth else repr(value)
     brackets = _BRACKETS.get(type(value))
     if brackets is None:
-        return repr(value) if isinstance(value, PickledObject) else f"<{type(value).__name__}>"
+        return f"<{type(value).__name__}>"
     if depth == 0:
         return "..."
     if isinstance(value, dict):
@@ -222,7 +229,7 @@ class SafeUnpickler:
     def _global(self, module: str, name: str) -> Global:
         return Global(_RENAMED_MODULES.get(module, module), name)
 
-    def _call(self, func: Any, args: Any, kwargs: dict[Any, Any] | None = None) -> Any:
+    def _call(self, func: Any, args: Any, kwargs: Any = None) -> Any:
         if not isinstance(args, tuple):
             args = (args,) if not isinstance(args, list) else tuple(args)
         if isinstance(func, Global) and kwargs is None:
@@ -723,7 +730,7 @@ def _newobj_ex(u: SafeUnpickler) -> None:
     kwargs = u._pop()
     args = u._pop()
     cls = u._pop()
-    u._push(u._call(cls, args, kwargs if isinstance(kwargs, dict) and kwargs else None))
+    u._push(u._call(cls, args, None if isinstance(kwargs, dict) and not kwargs else kwargs))
 
 
 def _inst(u: SafeUnpickler) -> None:
@@ -742,7 +749,12 @@ def _build(u: SafeUnpickler) -> None:
     state = u._pop()
     target = u._top()
     if isinstance(target, PickledObject):
-        target.state = state
+        if target.state is None:
+            target.state = state
+        elif target.later_states is None:
+            target.later_states = [state]
+        else:
+            target.later_states.append(state)
     elif isinstance(target, Buildable):
         target.apply_state(state)
     # BUILD on a plain container (an OrderedDict's ``_metadata``) sets Python

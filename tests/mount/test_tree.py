@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import stat
 import subprocess
 import warnings
@@ -19,7 +20,9 @@ from ckptfs.layout import entry_name
 from index_files import files_by_id
 from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
 from mount.helpers import Mounter
+from hostile.containers import zip_checkpoint
 from test_layout import dag_bomb
+from test_objects import LS_LA, fake_omegaconf, omegaconf_like  # noqa: F401 (fake_omegaconf: a fixture)
 from test_pathtext import long_paths
 
 pytestmark = pytest.mark.mount
@@ -141,6 +144,36 @@ def test_str_and_int_keys_spelling_one_number(tmp_path: Path, mounter: Mounter) 
     index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
     assert [(t["path"], t["file"]) for t in index["tensors"]] == [(["7"], "%37"), ([7], "7"), (["0"], "0")]
     assert [(e["key"], e["name"]) for e in index["entries"][1:]] == [("8", "8")]
+
+
+def test_inert_object_shows_its_command(tmp_path: Path, mounter: Mounter) -> None:
+    """``os.system('ls -la')`` pickled (a REDUCE of ``posix.system``): its argument is a value file, never run."""
+    path = tmp_path / "system.pt"
+    path.write_bytes(zip_checkpoint(LS_LA))
+    mnt = mounter(path)
+    listed = subprocess.run(["ls", "-la", str(mnt)], capture_output=True, text=True, check=True).stdout
+    assert listed.splitlines()[-1].split()[-1] == "__args__"
+    assert os.listdir(mnt / "__args__") == ["0"]
+    assert subprocess.run(["cat", str(mnt / "__args__" / "0")], capture_output=True, check=True).stdout == b"ls -la\n"
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    assert index["entries"] == [
+        {"id": 0, "name": "", "kind": "object", "class": "posix.system"},
+        {"id": 1, "parent": 0, "name": "__args__", "key": "__args__", "kind": "tuple"},
+        {"id": 2, "parent": 1, "name": "0", "key": 0, "kind": "value", "size": 7, "value": "ls -la"}]
+
+
+def test_omegaconf_like_config_keeps_its_values(fake_omegaconf: dict[str, type], tmp_path: Path,
+                                                mounter: Mounter) -> None:
+    path = tmp_path / "config.pt"
+    path.write_bytes(zip_checkpoint(pickle.dumps({"cfg": omegaconf_like(fake_omegaconf)}, protocol=2)))
+    content = mounter(path) / "cfg" / "_content"
+    assert sorted(os.listdir(content)) == ["budget", "color", "lr", "name"]
+    assert (content / "lr" / "_val").read_text() == "0.001\n"
+    assert (content / "name" / "_val").read_text() == "run-7\n"
+    assert (content / "color" / "_val" / "__args__" / "0").read_text() == "red\n"
+    assert (content / "budget" / "_val" / "__args__" / "0").read_text() == "0.1\n"
+    assert (content / "color" / "_metadata" / "key").read_text() == "color\n"
+    assert json.loads((content / "color" / "_metadata" / "ref_type").read_text()) == {"$global": "myapp.config.Color"}
 
 
 def test_shared_reference_bomb(tmp_path: Path, mounter: Mounter) -> None:

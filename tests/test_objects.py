@@ -1,0 +1,201 @@
+"""Inert objects keep what the pickle gave them: arguments, keyword arguments, items and every state.
+
+Through the Python API (the tree and its JSON), ``ckptfs info --json`` (the real command) here; through a
+real mount in ``tests/mount/test_tree.py``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import enum
+import json
+import pickle
+import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptfs
+from ckptfs.describe import encode_tree
+from ckptfs.layout import Layout
+from ckptfs.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
+from ckptfs.unpickle import Global, PickledObject, loads
+from hostile.containers import zip_checkpoint
+from hostile.picklegen import (
+    APPENDS,
+    BUILD,
+    EMPTY_TUPLE,
+    MARK,
+    NEWOBJ,
+    NEWOBJ_EX,
+    SETITEMS,
+    b,
+    call,
+    dct,
+    glob,
+    i,
+    lst,
+    s,
+    tup,
+)
+from hostile.picklegen import pickle as make_pickle
+
+CLI = [sys.executable, "-m", "ckptfs.cli"]
+LS_LA = make_pickle(call(glob("posix", "system"), s("ls -la")))
+"""What ``os.system('ls -la')`` pickles to on Linux: a REDUCE of ``posix.system``."""
+
+
+def _namespace(*state: bytes) -> bytes:
+    return glob("argparse", "Namespace") + EMPTY_TUPLE + NEWOBJ + b"".join(part + BUILD for part in state)
+
+
+OBJECTS: dict[str, tuple[bytes, list[tuple[Any, Any]]]] = {
+    "reduce_plain_argument": (LS_LA, [(ARGS_KEY, ("ls -la",))]),
+    "reduce_every_kind_of_argument": (
+        make_pickle(call(glob("m", "f"), s("t"), i(7), b"G" + struct.pack(">d", 1.5), b(b"\x00\xff"), b"N", b"\x88",
+                         glob("m", "g"))),
+        [(ARGS_KEY, ("t", 7, 1.5, b"\x00\xff", None, True, Global("m", "g")))]),
+    "newobj_ex_keyword_arguments": (
+        make_pickle(glob("functools", "partial") + tup(glob("subprocess", "run"), s("rm -rf x"))
+                    + dct((s("shell"), b"\x88"), (s("cwd"), s("/"))) + NEWOBJ_EX),
+        [(ARGS_KEY, (Global("subprocess", "run"), "rm -rf x")), (KWARGS_KEY, {"shell": True, "cwd": "/"})]),
+    "newobj_ex_keywords_not_a_dict": (
+        make_pickle(glob("m", "C") + EMPTY_TUPLE + s("not a dict") + NEWOBJ_EX), [(KWARGS_KEY, "not a dict")]),
+    "build_plain_state": (make_pickle(_namespace(s("state text"))), [(STATE_KEY, "state text")]),
+    "build_attributes": (make_pickle(_namespace(dct((s("a"), i(1)), (s("b"), s("x"))))), [("a", 1), ("b", "x")]),
+    "build_twice": (
+        make_pickle(_namespace(dct((s("__setstate__"), glob("os", "system"))), s("touch x"))),
+        [("__setstate__", Global("os", "system")), (STATE_KEY, "touch x")]),
+    "build_slots_pair": (
+        make_pickle(_namespace(tup(dct((s("a"), i(1))), dct((s("b"), i(2)))))), [("a", 1), ("b", 2)]),
+    "build_slots_pair_sharing_a_key": (
+        make_pickle(_namespace(tup(dct((s("a"), i(1))), dct((s("a"), i(2)))))), [(STATE_KEY, ({"a": 1}, {"a": 2}))]),
+    "items_set_on_an_object": (
+        make_pickle(glob("m", "C") + EMPTY_TUPLE + NEWOBJ + MARK + s("k") + s("v") + i(3) + s("three") + SETITEMS
+                    + MARK + s("first") + i(2) + APPENDS + dct((s("attr"), b"N")) + BUILD),
+        [("k", "v"), (3, "three"), (0, "first"), (1, 2), (STATE_KEY, {"attr": None})]),
+}
+
+
+@pytest.mark.parametrize("name", OBJECTS)
+def test_an_object_shows_everything_the_pickle_gave_it(name: str) -> None:
+    data, expected = OBJECTS[name]
+    obj, _ = loads(data)
+    assert isinstance(obj, PickledObject)
+    assert children(obj) == expected
+    encoded = encode_tree(obj)["$object"]
+    assert [key for key, _ in encoded["children"]] == [key for key, _ in expected]
+
+
+def test_a_call_of_a_call_shows_what_was_called() -> None:
+    """``getattr(import_module('os'), 'system')('touch x')``: the callable is itself a call, shown as ``__callable__``."""
+    chain = call(call(glob("builtins", "getattr"), call(glob("importlib", "import_module"), s("os")), s("system")),
+                 s("touch x"))
+    obj, _ = loads(make_pickle(chain))
+    assert [key for key, _ in children(obj)] == [CALLABLE_KEY, ARGS_KEY]
+    assert encode_tree(obj) == {"$object": {"class": "PickledObject", "children": [
+        [CALLABLE_KEY, {"$object": {"class": "builtins.getattr", "children": [[ARGS_KEY, {"$tuple": [
+            {"$object": {"class": "importlib.import_module", "children": [[ARGS_KEY, {"$tuple": ["os"]}]]}},
+            "system"]}]]}}],
+        [ARGS_KEY, {"$tuple": ["touch x"]}]]}}
+
+
+def test_an_object_as_a_dict_key_shows_its_arguments(tmp_path: Path) -> None:
+    """A key is shown by its bounded repr (``$repr``), arguments included; the name escapes it."""
+    path = tmp_path / "key.pt"
+    path.write_bytes(zip_checkpoint(make_pickle(dct((call(glob("os", "system"), s("touch x")), s("v"))))))
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck)
+        (node,) = layout.children(layout.root)
+        assert node.name == '%={"$repr":"<os.system(\'touch x\',)>"}'
+        assert json.loads(layout.index_bytes())["entries"][1]["key"] == {"$repr": "<os.system('touch x',)>"}
+
+
+def test_posix_system_keeps_its_command() -> None:
+    obj, _ = loads(LS_LA)
+    assert encode_tree(obj) == {"$object": {"class": "posix.system", "children": [[ARGS_KEY, {"$tuple": ["ls -la"]}]]}}
+
+
+def test_info_json_shows_the_command(tmp_path: Path) -> None:
+    path = tmp_path / "system.pt"
+    path.write_bytes(zip_checkpoint(LS_LA))
+    with ckptfs.open(path) as ck:
+        assert isinstance(ck.root, PickledObject) and ck.root.args == ("ls -la",)
+        assert children(ck.root) == [(ARGS_KEY, ("ls -la",))]
+    result = subprocess.run([*CLI, "info", "--json", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert json.loads(result.stdout)["tree"] == {
+        "$object": {"class": "posix.system", "children": [["__args__", {"$tuple": ["ls -la"]}]]}}
+
+
+# -- an omegaconf-like configuration, pickled by Python's own pickle ---------------------------------------
+
+
+class _Node:
+    """Like omegaconf's nodes and containers: no ``__reduce__``; ``__getstate__`` gives ``__dict__``."""
+
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
+
+
+@pytest.fixture
+def fake_omegaconf(monkeypatch: pytest.MonkeyPatch) -> dict[str, type]:
+    """Classes named as omegaconf's (``omegaconf.nodes.AnyNode`` …), and an app's enum, that pickle finds by name."""
+    classes: dict[str, type] = {}
+    modules = {"omegaconf": [], "omegaconf.dictconfig": ["DictConfig"], "omegaconf.base": ["ContainerMetadata",
+               "Metadata"], "omegaconf.nodes": ["AnyNode", "EnumNode", "StringNode"], "myapp": [], "myapp.config": []}
+    for module_name, names in modules.items():
+        module = types.ModuleType(module_name)
+        monkeypatch.setitem(sys.modules, module_name, module)
+        for name in names:
+            classes[name] = type(name, (_Node,), {"__module__": module_name, "__qualname__": name})
+            setattr(module, name, classes[name])
+    classes["Color"] = enum.Enum("Color", {"RED": "red"}, module="myapp.config", qualname="Color")  # type: ignore[misc]
+    sys.modules["myapp.config"].Color = classes["Color"]  # type: ignore[attr-defined]
+    return classes
+
+
+def omegaconf_like(classes: dict[str, type]) -> Any:
+    meta = classes["Metadata"]
+    content = {
+        "lr": classes["AnyNode"](_val=0.001, _metadata=meta(ref_type=Any, key="lr", optional=True), _parent=None),
+        "name": classes["StringNode"](_val="run-7", _metadata=meta(ref_type=str, key="name", optional=True),
+                                      _parent=None),
+        "color": classes["EnumNode"](_val=classes["Color"]("red"),
+                                     _metadata=meta(ref_type=classes["Color"], key="color", optional=False), _parent=None),
+        "budget": classes["AnyNode"](_val=decimal.Decimal("0.1"), _metadata=meta(ref_type=Any, key="budget",
+                                                                                optional=True), _parent=None),
+    }
+    return classes["DictConfig"](_metadata=classes["ContainerMetadata"](ref_type=Any, object_type=dict, key=None,
+                                                                         flags={"readonly": True}),
+                                 _parent=None, _content=content)
+
+
+def test_omegaconf_like_values_survive(fake_omegaconf: dict[str, type], tmp_path: Path) -> None:
+    config = omegaconf_like(fake_omegaconf)
+    path = tmp_path / "config.pt"
+    path.write_bytes(zip_checkpoint(pickle.dumps({"cfg": config, "epoch": 3}, protocol=2)))
+    with ckptfs.open(path) as ck:
+        content = dict(children(dict(children(ck.root["cfg"]))["_content"]))
+        assert dict(children(content["lr"]))["_val"] == 0.001
+        assert dict(children(content["name"]))["_val"] == "run-7"
+        color = dict(children(content["color"]))["_val"]
+        assert isinstance(color, PickledObject) and color.class_name == "myapp.config.Color"
+        assert children(color) == [(ARGS_KEY, ("red",))]
+        assert children(dict(children(content["budget"]))["_val"]) == [(ARGS_KEY, ("0.1",))]
+    result = subprocess.run([*CLI, "info", "--json", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    tree = json.loads(result.stdout)["tree"]
+    nodes = dict(dict(tree["cfg"]["$object"]["children"])["_content"])
+    assert dict(nodes["lr"]["$object"]["children"])["_val"] == 0.001
+    assert dict(nodes["name"]["$object"]["children"])["_val"] == "run-7"
+    assert dict(nodes["color"]["$object"]["children"])["_val"] == {
+        "$object": {"class": "myapp.config.Color", "children": [["__args__", {"$tuple": ["red"]}]]}}
+    assert dict(nodes["budget"]["$object"]["children"])["_val"] == {
+        "$object": {"class": "decimal.Decimal", "children": [["__args__", {"$tuple": ["0.1"]}]]}}
+    metadata = dict(dict(nodes["color"]["$object"]["children"])["_metadata"]["$object"]["children"])
+    assert metadata == {"ref_type": {"$global": "myapp.config.Color"}, "key": "color", "optional": False}
