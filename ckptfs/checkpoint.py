@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
-from ckptfs.formats.detect import open_parsed
+from ckptfs.formats.detect import directory_error, open_parsed
 from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
@@ -100,7 +100,12 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits()) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read."""
-    source = path if hasattr(path, "read") and hasattr(path, "size") else LocalFileSource(path)  # type: ignore[arg-type]
+    if hasattr(path, "read") and hasattr(path, "size"):
+        source = path
+    elif os.path.isdir(path):
+        raise directory_error(os.fspath(path))
+    else:
+        source = LocalFileSource(path)
     try:
         return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
     except CkptfsError as exc:

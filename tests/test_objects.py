@@ -92,7 +92,7 @@ def test_an_object_shows_everything_the_pickle_gave_it(name: str) -> None:
 
 
 def test_a_call_of_a_call_shows_what_was_called() -> None:
-    """``getattr(import_module('os'), 'system')('touch x')``: the callable is itself a call, shown as ``__callable__``."""
+    """``getattr(import_module('os'), 'system')('touch x')``: the callable, itself a call, is ``__callable__``."""
     chain = call(call(glob("builtins", "getattr"), call(glob("importlib", "import_module"), s("os")), s("system")),
                  s("touch x"))
     obj, _ = loads(make_pickle(chain))
@@ -165,8 +165,8 @@ def omegaconf_like(classes: dict[str, type]) -> Any:
         "lr": classes["AnyNode"](_val=0.001, _metadata=meta(ref_type=Any, key="lr", optional=True), _parent=None),
         "name": classes["StringNode"](_val="run-7", _metadata=meta(ref_type=str, key="name", optional=True),
                                       _parent=None),
-        "color": classes["EnumNode"](_val=classes["Color"]("red"),
-                                     _metadata=meta(ref_type=classes["Color"], key="color", optional=False), _parent=None),
+        "color": classes["EnumNode"](_val=classes["Color"]("red"), _parent=None,
+                                     _metadata=meta(ref_type=classes["Color"], key="color", optional=False)),
         "budget": classes["AnyNode"](_val=decimal.Decimal("0.1"), _metadata=meta(ref_type=Any, key="budget",
                                                                                 optional=True), _parent=None),
     }

@@ -16,6 +16,7 @@ from typing import Any
 from ckptfs import rebuild
 from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, TruncatedPickleError, UnsupportedError
+from ckptfs.formats import dcp
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
@@ -84,6 +85,8 @@ def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
     magic, pos = _next_pickle(head, 0, limits)
     if magic != MAGIC_NUMBER:
+        if isinstance(magic, PickledObject) and magic.class_name == dcp.METADATA_CLASS:
+            raise UnsupportedError(dcp.METADATA_FILE)
         raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
     protocol, pos = _next_pickle(head, pos, limits)
     if protocol != PROTOCOL_VERSION:

@@ -13,7 +13,13 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from ckptfs.errors import CorruptCheckpointError, LimitExceededError, UnsupportedError
+from ckptfs.errors import (
+    CkptfsError,
+    CorruptCheckpointError,
+    LimitExceededError,
+    NotACheckpointError,
+    UnsupportedError,
+)
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
@@ -33,6 +39,7 @@ TAIL_READ = 128 * 1024
 MERGE_GAP = 64 * 1024
 STORED = 0
 DEFLATED = 8
+NOT_A_CHECKPOINT = "a zip archive, but not a torch.save checkpoint (no data.pkl)"
 
 
 @dataclass(slots=True)
@@ -154,12 +161,18 @@ class ZipArchive:
         first = next(iter(self.entries))
         slash = first.find("/")
         if slash <= 0:
-            raise CorruptCheckpointError(f"zip record {first!r} is not inside an archive directory")
+            raise self._prefix_error(f"zip record {first!r} is not inside an archive directory")
         prefix = first[: slash + 1]
         stray = [n for n in self.entries if not n.startswith(prefix)]
         if stray:
-            raise CorruptCheckpointError(f"zip record {stray[0]!r} is outside the archive directory {prefix!r}")
+            raise self._prefix_error(f"zip record {stray[0]!r} is outside the archive directory {prefix!r}")
         return prefix
+
+    def _prefix_error(self, message: str) -> CkptfsError:
+        """A torch.save archive holds ``<archive>/data.pkl``: a zip without any data.pkl is not one at all."""
+        if any(name == "data.pkl" or (name.endswith("/data.pkl") and name.count("/") == 1) for name in self.entries):
+            return CorruptCheckpointError(message)
+        return NotACheckpointError(NOT_A_CHECKPOINT)
 
     # -- records -----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
-from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive, check_inflation
+from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
 from ckptfs.sources import ByteSource
@@ -61,7 +61,7 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         raise UnsupportedError("torch.export (.pt2) archives are not supported")
     is_torchscript = archive.entry("constants.pkl") is not None
     if archive.entry("data.pkl") is None:
-        raise NotACheckpointError(f"zip archive without {archive.prefix}data.pkl: not a PyTorch checkpoint")
+        raise NotACheckpointError(NOT_A_CHECKPOINT)
     pickles = ["data.pkl", "constants.pkl"] if is_torchscript else ["data.pkl"]
     for name in pickles:
         check_inflation(archive.entries[archive.prefix + name], limits)

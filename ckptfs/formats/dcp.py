@@ -1,0 +1,120 @@
+"""torch.distributed.checkpoint (DCP) directories and their files, recognised by content (not read yet).
+
+A DCP directory holds a ``.metadata`` pickle (``__<rank>.metadata`` ones when
+saved without collectives) whose root is a
+``torch.distributed.checkpoint.metadata.Metadata``, and ``.distcp`` files that
+concatenate each item as a complete torch.save archive (spec
+``more-formats.md`` A.1–A.3). A ``.distcp`` of one item is a torch.save
+archive of that tensor and opens as one.
+"""
+
+from __future__ import annotations
+
+import os
+import pickletools
+import stat
+import struct
+
+from ckptfs.sources import ByteSource
+
+METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
+DIRECTORY = "a torch.distributed.checkpoint directory, which ckptfs does not read yet"
+METADATA_FILE = "the .metadata file of a torch.distributed.checkpoint directory, which ckptfs does not read yet"
+DISTCP_FILE = "a single .distcp file of a torch.distributed.checkpoint directory: mount the directory"
+
+HEAD_BYTES = 4096
+"""Bytes read from a file of a directory: a ``.metadata`` pickle names its class in its first hundred."""
+MAX_FILES = 4096
+"""Files of a directory looked at, the likely names first."""
+TAIL_BYTES = 64 * 1024
+LOCAL_HEADER = struct.Struct("<4s22xHH")
+"""A zip local header: its signature, then (after 22 bytes) the lengths of its name and extra field."""
+EOCD = struct.Struct("<4s8xII")
+"""The end-of-central-directory record up to the central directory's size and offset."""
+ZIP64_LOCATOR_SIZE = 20
+ZIP64_RECORD_SIZE = 56
+
+
+def is_metadata_head(head: bytes) -> bool:
+    """Whether ``head`` begins a pickle of a DCP ``Metadata`` (its first global; the opcodes are only read)."""
+    if not head.startswith(b"\x80"):
+        return False
+    strings: list[str] = []
+    try:
+        for opcode, argument, _ in pickletools.genops(head):
+            if opcode.name == "GLOBAL":
+                return isinstance(argument, str) and argument.replace(" ", ".") == METADATA_CLASS
+            if opcode.name == "STACK_GLOBAL":
+                return ".".join(strings[-2:]) == METADATA_CLASS
+            if isinstance(argument, str):
+                strings.append(argument)
+    except (ValueError, UnicodeDecodeError, struct.error):  # ``head`` ends mid-pickle, or is not one
+        return False
+    return False
+
+
+def holds_metadata(directory: str) -> bool:
+    """Whether one of the directory's regular files (at most ``MAX_FILES``) is a DCP metadata pickle."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [entry.name for _, entry in zip(range(MAX_FILES), entries) if _is_file(entry)]
+    except OSError:
+        return False
+    names.sort(key=lambda name: not name.endswith(".metadata"))
+    return any(is_metadata_head(_head(os.path.join(directory, name))) for name in names)
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _head(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return b""
+    try:
+        return os.pread(fd, HEAD_BYTES, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def is_distcp(source: ByteSource) -> bool:
+    """Whether the file is two or more torch.save archives one after another, as a ``.distcp`` holds its items.
+
+    The end records describe the last archive with offsets from its own start:
+    that start is past 0, and a torch.save archive begins both there and at 0.
+    """
+    size = source.size
+    tail_start = max(0, size - TAIL_BYTES)
+    tail = source.read(tail_start, size - tail_start)
+    eocd = tail.rfind(b"PK\x05\x06")
+    if eocd < 0 or eocd + EOCD.size > len(tail):
+        return False
+    _, cd_size, cd_offset = EOCD.unpack_from(tail, eocd)
+    locator = eocd - ZIP64_LOCATOR_SIZE
+    if locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
+        (record_offset,) = struct.unpack_from("<Q", tail, locator + 8)
+        record = locator - ZIP64_RECORD_SIZE
+        if record < 0 or tail[record : record + 4] != b"PK\x06\x06":
+            return False
+        start = tail_start + record - record_offset
+    else:
+        start = tail_start + eocd - cd_offset - cd_size
+    return 0 < start < size and _torch_save_at(source, 0) and _torch_save_at(source, start)
+
+
+def _torch_save_at(source: ByteSource, offset: int) -> bool:
+    """Whether a zip local header of a ``<archive>/data.pkl`` record (torch.save writes it first) is at ``offset``."""
+    if offset + LOCAL_HEADER.size > source.size:
+        return False
+    signature, name_length, _ = LOCAL_HEADER.unpack(source.read(offset, LOCAL_HEADER.size))
+    if signature != b"PK\x03\x04" or offset + LOCAL_HEADER.size + name_length > source.size:
+        return False
+    name = source.read(offset + LOCAL_HEADER.size, name_length)
+    return name.endswith(b"/data.pkl") and name.count(b"/") == 1
