@@ -4,8 +4,8 @@ Values JSON cannot hold are encoded as one-key objects whose key starts with
 ``$`` (documented in the README): ``$bytes`` (base64), ``$int`` (decimal text,
 for integers beyond ±2**53), ``$float`` (``nan``, ``inf``, ``-inf``),
 ``$complex``, ``$tuple``, ``$set``, ``$dict`` (pairs, for non-string keys),
-``$global``, ``$object``, ``$ndarray``, ``$tensor`` and ``$ref`` (a value met
-before, by its path).
+``$global``, ``$object``, ``$ndarray``, ``$tensor``, ``$ref`` (a value met
+before, by its path) and ``$repr`` (a bounded repr: an object used as a key).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import ckptfs
-from ckptfs.describe import encode_tree
+from ckptfs import LimitExceededError, Limits
+from ckptfs.describe import TextBudget, encode_tree
 from ckptfs.layout import Layout
 from ckptfs.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
 from ckptfs.unpickle import Global, PickledObject, loads
@@ -199,3 +200,37 @@ def test_omegaconf_like_values_survive(fake_omegaconf: dict[str, type], tmp_path
         "$object": {"class": "decimal.Decimal", "children": [["__args__", {"$tuple": ["0.1"]}]]}}
     metadata = dict(dict(nodes["color"]["$object"]["children"])["_metadata"]["$object"]["children"])
     assert metadata == {"ref_type": {"$global": "myapp.config.Color"}, "key": "color", "optional": False}
+
+
+# -- what is shown stays within the limits ------------------------------------------------------------------
+
+
+def _object_file(tmp_path: Path, body: bytes) -> Path:
+    path = tmp_path / "object.pt"
+    path.write_bytes(zip_checkpoint(make_pickle(body)))
+    return path
+
+
+def test_arguments_count_as_tree_nodes(tmp_path: Path) -> None:
+    path = _object_file(tmp_path, call(glob("m", "f"), *(i(n) for n in range(100))))
+    with ckptfs.open(path, limits=Limits(max_tree_nodes=200)) as ck:
+        assert children(ck.root) == [(ARGS_KEY, tuple(range(100)))]
+    with pytest.raises(LimitExceededError, match=r"more than 50 nodes \(limit max_tree_nodes\)"):
+        ckptfs.open(path, limits=Limits(max_tree_nodes=50))
+
+
+def test_keyword_argument_keys_count_as_key_bytes(tmp_path: Path) -> None:
+    path = _object_file(tmp_path, glob("m", "C") + EMPTY_TUPLE + dct((s("k" * 1000), i(1))) + NEWOBJ_EX)
+    with pytest.raises(LimitExceededError, match=r"\(limit max_key_bytes\)"):
+        ckptfs.open(path, limits=Limits(max_key_bytes=500))
+
+
+def test_a_long_argument_counts_as_generated_text(tmp_path: Path) -> None:
+    path = _object_file(tmp_path, call(glob("m", "f"), s("x" * 10_000)))
+    with ckptfs.open(path) as ck:
+        assert len(json.dumps(encode_tree(ck.root, TextBudget(20_000)))) > 10_000
+        with pytest.raises(LimitExceededError, match=r"exceed 4096 bytes \(limit max_generated_bytes\)"):
+            encode_tree(ck.root, TextBudget(4096))
+    result = subprocess.run([*CLI, "--limit", "max_generated_bytes=4096", "info", "--json", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "max_generated_bytes" in result.stderr and result.stderr.count("\n") == 1

@@ -135,15 +135,23 @@ def test_torchscript_sequential_children_are_named_by_their_keys(tmp_path: Path,
 def test_str_and_int_keys_spelling_one_number(tmp_path: Path, mounter: Mounter) -> None:
     """A dict with both ``'7'`` and ``7``: int 7 is ``7``, str ``'7'`` is ``%37``; a lone ``'0'`` is ``0``."""
     seven, str_seven, zero = torch.arange(3.0), torch.arange(4, dtype=torch.int16), torch.ones(2)
-    mnt = mounter(save_zip({"7": str_seven, 7: seven, "0": zero, "8": "eight"}, tmp_path / "sevens.pt"))
-    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "%37", "%37.json", "7", "7.json", "0", "0.json", "8"])
+    path = save_zip({"7": str_seven, 7: seven, "0": zero, "8": "eight", "again": [str_seven, zero]},
+                    tmp_path / "sevens.pt")
+    mnt = mounter(path)
+    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "%37", "%37.json", "7", "7.json", "0", "0.json", "8",
+                                              "again"])
+    assert [os.readlink(mnt / "again" / name) for name in ("0", "0.json", "1", "1.json")] == [
+        "../%37", "../%37.json", "../0", "../0.json"]
+    assert (mnt / "again" / "0").read_bytes() == torch_bytes(str_seven)
+    assert inode_numbers(mounter(path)) == inode_numbers(mnt)
     assert (mnt / "7").read_bytes() == torch_bytes(seven) and (mnt / "%37").read_bytes() == torch_bytes(str_seven)
     assert (mnt / "0").read_bytes() == torch_bytes(zero) and (mnt / "8").read_text() == "eight\n"
     assert json.loads((mnt / "7.json").read_text())["path"] == [7]
     assert json.loads((mnt / "%37.json").read_text())["path"] == ["7"]
     index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
     assert [(t["path"], t["file"]) for t in index["tensors"]] == [(["7"], "%37"), ([7], "7"), (["0"], "0")]
-    assert [(e["key"], e["name"]) for e in index["entries"][1:]] == [("8", "8")]
+    assert [(e["key"], e["name"]) for e in index["entries"][1:]] == [("8", "8"), ("again", "again"), (0, "0"),
+                                                                      (1, "1")]
 
 
 def test_inert_object_shows_its_command(tmp_path: Path, mounter: Mounter) -> None:
