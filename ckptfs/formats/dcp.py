@@ -48,7 +48,7 @@ def is_metadata_head(head: bytes) -> bool:
                 return ".".join(strings[-2:]) == METADATA_CLASS
             if isinstance(argument, str):
                 strings.append(argument)
-    except (ValueError, UnicodeDecodeError, struct.error):  # ``head`` ends mid-pickle, or is not one
+    except ValueError:  # ``head`` ends mid-pickle, or is not one
         return False
     return False
 
