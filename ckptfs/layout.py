@@ -11,6 +11,10 @@ What the mount shows
 * Every other value is a small file: text and a newline for str, int, float,
   bool and None (``3``, ``0.001``, ``True``, ``None``), the raw bytes for
   bytes, JSON (``ckptfs info``'s ``$`` forms) for anything else.
+* A pickled object of a class ckptfs does not interpret holds all the pickle
+  gave it (``tree.children``): ``__callable__`` when that is another call's
+  result, ``__args__``, ``__kwargs__``, items set on it, and its state's
+  attributes (a TorchScript module's) or ``__state__``.
 * An object met again (the same tensor or container reachable twice, or a
   cycle) is shown once, at its first path in pickle order; every later
   occurrence is a relative symlink to it (a tensor's sidecar too).
