@@ -267,3 +267,12 @@ def test_info_overview_of_other_formats(corpus: dict[str, CorpusFile]) -> None:
     legacy = run("info", corpus["r3_legacy"].path).stdout
     assert "details:    protocol version: 1001\n            writer little endian: yes\n" in legacy
 
+
+def test_the_readme_shows_what_info_prints() -> None:
+    repo = Path(ckptfs.__file__).resolve().parents[1]
+    block = (repo / "README.md").read_text().split("$ ckptfs info examples/tiny_model.pt\n", 1)[1].split("```")[0]
+    shown = [line for line in block.splitlines() if line.strip() != "…"]
+    result = subprocess.run([*CLI, "info", "examples/tiny_model.pt"], capture_output=True, text=True, timeout=60,
+                            cwd=repo)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[: len(shown)] == shown
