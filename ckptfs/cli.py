@@ -6,46 +6,90 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import sys
-from typing import Callable, NoReturn
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError
-from ckptfs.info import description_text, summary
-from ckptfs.limits import Limits
+from ckptfs.info import description_text, indented, overview
+from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_quantity
+from ckptfs.listing import json_lines, listed, text_lines
 from ckptfs.mount import MountOptions, mount, unmount
-from ckptfs.trails import key_lists
+from ckptfs.printable import printable
+from ckptfs.progress import ProgressLine
 
+INTERRUPTED = 130
+"""Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
+PARSING_COMMANDS = ("ls", "info", "mount")
+"""Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
+_LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
-def human_size(nbytes: int) -> str:
-    size = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+EXAMPLES = {
+    "ckptfs": """\
+examples:
+  ckptfs ls model.pt                          every tensor: its file in a mount, dtype, shape, size
+  ckptfs ls --json model.pt | head            the same, one JSON object a line
+  ckptfs info model.pt                        sizes, parameter count, dtypes, format
+  ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
+  ckptfs mount model.pt /mnt/m                a directory of per-tensor files
+  ckptfs umount /mnt/m
+  ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
+    "ls": """\
+examples:
+  ckptfs ls model.pt
+  ckptfs ls --json model.pt | jq -r 'select(.dtype == "bfloat16") | .file'
+  ckptfs ls model.pt --limit max_pickle_bytes=1GiB""",
+    "info": """\
+examples:
+  ckptfs info model.pt
+  ckptfs info --json model.pt | jq '.tensors[0]'
+  ckptfs info --json --indent 2 model.pt --limit max_generated_bytes=1GiB""",
+    "mount": """\
+examples:
+  ckptfs mount model.pt /mnt/m
+  ckptfs mount -f --debug model.pt /mnt/m""",
+    "umount": """\
+examples:
+  ckptfs umount /mnt/m
+  ckptfs umount -l /mnt/m""",
+}
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with open_checkpoint(args.file, args.limits) as ck:
-        names = key_lists(str)
-        rows = [("/".join(names.leaf(t.trail)) or ".", t.dtype.name, "x".join(map(str, t.shape)) or "scalar",
-                 human_size(t.nbytes)) for t in ck]
-    widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
-    out = sys.stdout
-    for row in rows:
-        out.write(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}\n")
+    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+        rows = listed(ck)
+        lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
+        _write(lines)
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with open_checkpoint(args.file, args.limits) as ck:
-        if args.json:
-            sys.stdout.write(description_text(ck) + "\n")
-        else:
-            for key, value in summary(ck).items():
-                print(f"{key}: {value}")
+    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+        if not args.json:
+            _write(line + "\n" for line in overview(ck))
+            return 0
+        text = description_text(ck)
+        if args.indent is not None:
+            try:
+                text = indented(text, args.indent, ck.limits.max_generated_bytes)
+            except CkptfsError as exc:
+                raise exc.with_path(ck.path) from None
+        _write((text, "\n"))
     return 0
+
+
+def _write(texts: Iterable[str]) -> None:
+    """Writes to stdout; a failure (a full disk …) is a CkptfsError naming it. A closed pipe stays BrokenPipeError."""
+    try:
+        sys.stdout.writelines(texts)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _discard_output()
+        raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
@@ -63,30 +107,102 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 def _parse_limit(text: str) -> tuple[str, int]:
     name, sep, value = text.partition("=")
-    if not sep or name not in Limits.names() or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=INTEGER with NAME one of {', '.join(Limits.names())}")
-    return name, int(value)
+    if not sep or name not in Limits.names():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(Limits.names())}")
+    try:
+        return name, parse_quantity(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
 
 
 def _add_limit_option(parser: argparse.ArgumentParser, dest: str) -> None:
     """``--limit`` before or after the command (two destinations: a command's namespace replaces the top one's)."""
     parser.add_argument("--limit", action="append", type=_parse_limit, default=[], dest=dest, metavar="NAME=VALUE",
-                        help="raise a safety limit, e.g. --limit max_pickle_bytes=4294967296")
+                        help="raise a safety limit (repeatable; names and defaults below), e.g. "
+                             "--limit max_pickle_bytes=1GiB")
+
+
+def _add_debug_option(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` after the command too; given nowhere, the top parser's False stands."""
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+
+
+def limits_help() -> str:
+    """The epilog listing every limit with its default."""
+    defaults = {name: f"{name}={format_quantity(value, name.endswith('_bytes'))}"
+                for name, value in Limits.defaults().items()}
+    width = max(map(len, defaults.values()))
+    lines = [f"  {defaults[name]:<{width}}  {SUMMARIES[name]}" for name in Limits.names()]
+    return ("limits, with their defaults (raise one with --limit NAME=VALUE;\n"
+            f"VALUE is {UNITS_HELP}):\n" + "\n".join(lines))
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps one-paragraph texts; keeps texts laid out by hand (epilogs of examples and limits) as they are."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """argparse's usage and error, the error on one line whatever the arguments hold."""
+        super().error(printable(message))
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version (importlib.metadata is only loaded when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print ckptfs' version and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> NoReturn:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("ckptfs")
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed)"
+        print(f"ckptfs {version}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckptfs", description="Read PyTorch checkpoints without torch.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks (and, when mounting, log requests)")
+    parser = _Parser(prog="ckptfs", formatter_class=_HelpFormatter,
+                     description="Read PyTorch checkpoints without torch: list them, describe them, mount them "
+                                 "as a read-only directory of per-tensor files.",
+                     epilog=EXAMPLES["ckptfs"] + "\n\n" + limits_help())
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (with mount: also log every request)")
     _add_limit_option(parser, "limit")
-    sub = parser.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("ls", help="one line per tensor: path, dtype, shape, size")
-    ls.add_argument("file")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+                                title="commands", help="ckptfs COMMAND --help tells more")
+    ls = sub.add_parser("ls", help="one line per tensor: its file in a mount, dtype, shape, size",
+                        description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
+                                    "of FILE shows it (relative to the mount's root), dtype, shape and size.")
+    ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    ls.add_argument("--json", action="store_true",
+                    help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
+                         "nbytes")
     _add_limit_option(ls, "command_limit")
+    _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", help="checkpoint summary; --json for every tensor and the whole tree")
-    info.add_argument("file")
-    info.add_argument("--json", action="store_true")
+    info = sub.add_parser("info", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+                                       "whole tree",
+                          description="An overview of FILE: total size, parameter count, dtypes, tensors and "
+                                      "storages, format. With --json: the summary, every tensor's metadata (as its "
+                                      "sidecar in a mount) and the whole object tree, as one JSON text.")
+    info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    info.add_argument("--json", action="store_true", help="machine-readable JSON instead of the overview")
+    info.add_argument("--indent", type=_indent, metavar="N",
+                      help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
     _add_limit_option(info, "command_limit")
+    _add_debug_option(info)
     info.set_defaults(run=cmd_info)
     mnt = sub.add_parser("mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
                          description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once "
@@ -107,7 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
     umount.add_argument("-l", "--lazy", action="store_true",
                         help="detach now even if files in it are open; the daemon exits once the last is closed")
     umount.set_defaults(run=cmd_umount)
+    _lay_out_help(sub)
     return parser
+
+
+def _indent(text: str) -> int:
+    if not text.isdigit() or int(text) > 64:
+        raise argparse.ArgumentTypeError("expected a number of spaces from 0 to 64")
+    return int(text)
+
+
+def _lay_out_help(sub: Any) -> None:
+    """Every command's help: examples, and the limits for those that take --limit."""
+    for name, command in sub.choices.items():
+        command.formatter_class = _HelpFormatter
+        epilog = [command.epilog, EXAMPLES.get(name) if command.epilog is None else None,
+                  limits_help() if name in PARSING_COMMANDS else None]
+        command.epilog = "\n\n".join(text for text in epilog if text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,14 +248,44 @@ def main(argv: list[str] | None = None) -> int:
     args.limits = Limits(**dict(args.limit + getattr(args, "command_limit", [])))
     run: Callable[[argparse.Namespace], int] = args.run
     try:
-        return run(args)
+        with ProgressLine() if args.command in PARSING_COMMANDS else contextlib.nullcontext():
+            return run(args)
     except CkptfsError as exc:
         if args.debug:
             raise
-        print(f"ckptfs: {exc}", file=sys.stderr)
+        _error(_limit_hint(str(exc), args.limits))
         return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        _error("interrupted")
+        return INTERRUPTED
     except BrokenPipeError:
+        _discard_output()
         return 0
+
+
+def _error(message: str) -> None:
+    """``ckptfs: MESSAGE`` on stderr, one line whatever the message holds."""
+    with contextlib.suppress(OSError):
+        print(f"ckptfs: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def _limit_hint(message: str, limits: Limits) -> str:
+    """A message naming a limit (``… (limit max_tree_depth)``) ends saying how to raise it."""
+    match = _LIMIT_NAMED.search(message)
+    if match is None or match.group(1) not in Limits.names():
+        return message
+    name = match.group(1)
+    current = format_quantity(getattr(limits, name), name.endswith("_bytes"))
+    return f"{message}; to allow more: --limit {name}=VALUE (now {current})"
+
+
+def _discard_output() -> None:
+    """After a closed pipe: what stdout still buffers goes nowhere, and exiting raises nothing more."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> NoReturn:
@@ -134,8 +296,14 @@ def run() -> NoReturn:
     mount is already up and its daemon holds its own copy.
     """
     code = main()
-    with contextlib.suppress(BrokenPipeError):
+    try:
         sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_output()
+    except OSError as exc:
+        _discard_output()
+        _error(f"writing the output: {exc.strerror or exc}")
+        code = code or 1
     sys.stderr.flush()
     os._exit(code)
 

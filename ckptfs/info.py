@@ -1,4 +1,4 @@
-"""What ``ckptfs info`` prints: a summary; with ``--json``, every tensor's metadata and the whole tree.
+"""What ``ckptfs info`` prints: an overview for people; with ``--json``, every tensor's metadata and the whole tree.
 
 The JSON can be far bigger than the file: a long string referenced a
 million times, or 10,000 tensors 990 keys deep. Its size is counted while it
@@ -15,15 +15,23 @@ from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.describe import TextBudget, encode_tree, json_text
-from ckptfs.errors import CkptfsError
+from ckptfs.errors import CkptfsError, LimitExceededError
 from ckptfs.jsontext import dumps
 from ckptfs.model import Tensor
 from ckptfs.pathtext import PathTexts
+from ckptfs.printable import printable
 from ckptfs.sidecar import SidecarMaker
+
+FORMAT_NAMES = {
+    "zip": "torch.save zip archive (torch >= 1.6)",
+    "torchscript": "TorchScript archive (torch.jit.save)",
+    "legacy": "legacy torch.save stream (torch < 1.6)",
+}
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\s"{}\[\],:]+|[{}\[\],:]|\s+')
 
 
 def summary(ck: Checkpoint) -> dict[str, Any]:
-    """What ``ckptfs info`` prints."""
+    """The head of ``ckptfs info --json``."""
     return {
         "file": ck.path,
         "format": ck.format,
@@ -61,3 +69,104 @@ def description_text(ck: Checkpoint) -> str:
     quoted = re.escape(dumps(marker)[:-1]) + r'(\d+)"'
     tree = re.sub(quoted, lambda match: tensors[int(match.group(1))], tree)
     return f'{dumps(summary(ck))[:-1]}, "tensors": [{", ".join(tensors)}], "tree": {tree}}}'
+
+
+def overview(ck: Checkpoint) -> list[str]:
+    """``ckptfs info``: ``label:  value`` lines for people; lists continue on lines of their own, indented."""
+    from ckptfs.listing import human_size
+
+    tensors = ck.tensors
+    total = sum(t.nbytes for t in tensors)
+    stored = sum(s.nbytes for s in ck.storages if s.base is None)
+    elements = sum(t.numel for t in tensors)
+    parameters = [t for t in tensors if t.is_parameter]
+    counted = f"{elements:,} (elements of every tensor)"
+    if parameters:
+        counted += f"; {sum(t.numel for t in parameters):,} in {len(parameters):,} nn.Parameters"
+    fields: list[tuple[str, list[str]]] = [
+        ("file", [ck.path]),
+        ("format", [FORMAT_NAMES.get(ck.format, ck.format)]),
+        ("size", [f"{human_size(total)} of tensor data ({total:,} bytes)"]),
+        ("tensors", [f"{len(tensors):,}"]),
+        ("storages", [f"{len(ck.storages):,} ({human_size(stored)} stored)"]),
+        ("parameters", [counted]),
+        ("dtypes", _dtype_lines(tensors) or ["none"]),
+        ("byteorder", [ck.byteorder]),
+        ("details", [f"{key.replace('_', ' ')}: {_detail(value)}" for key, value in ck.details.items()
+                     if value is not None] or ["none"]),
+    ]
+    width = max(len(label) for label, _ in fields) + 2
+    lines = []
+    for label, values in fields:
+        lines.append(f"{label + ':':<{width}}{printable(values[0])}")
+        lines.extend(" " * width + printable(value) for value in values[1:])
+    return lines
+
+
+def _dtype_lines(tensors: list[Tensor]) -> list[str]:
+    """``DTYPE  N tensors  SIZE``, the most bytes first."""
+    from ckptfs.listing import human_size
+
+    counts: dict[str, list[int]] = {}
+    for tensor in tensors:
+        tally = counts.setdefault(tensor.dtype.name, [0, 0])
+        tally[0] += 1
+        tally[1] += tensor.nbytes
+    rows = sorted(counts.items(), key=lambda item: (-item[1][1], -item[1][0], item[0]))
+    name_width = max((len(name) for name, _ in rows), default=0)
+    count_width = max((len(f"{count:,}") for _, (count, _) in rows), default=0)
+    return [f"{name:<{name_width}}  {count:>{count_width},} tensor{'s' if count != 1 else ' '}  {human_size(nbytes)}"
+            for name, (count, nbytes) in rows]
+
+
+def _detail(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def indented(text: str, indent: int, max_bytes: int) -> str:
+    """The JSON ``text`` laid out as ``json.dumps(json.loads(text), indent=indent)`` would, without parsing it.
+
+    Token by token, so no depth makes it recurse; LimitExceededError past
+    ``max_bytes`` (indentation grows with depth: a deep tree can make the
+    laid-out text many times longer than the compact one).
+    """
+    parts: list[str] = []
+    size = 0
+    depth = 0
+    opened = ""
+    """A ``[`` or ``{`` not written yet: followed by its closing bracket, it stays on its line (``[]``)."""
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        first = token[0]
+        if first.isspace():
+            continue
+        if opened:
+            if first in "]}":
+                parts.append(opened + token)
+                size += 2
+                opened = ""
+                continue
+            depth += 1
+            token = opened + "\n" + " " * (indent * depth) + token
+            opened = ""
+        elif first in "[{":
+            opened = token
+            continue
+        elif first in "]}":
+            depth -= 1
+            token = "\n" + " " * (indent * depth) + token
+        elif first == ",":
+            token = ",\n" + " " * (indent * depth)
+        elif first == ":":
+            token = ": "
+        if token[-1] in "[{":
+            opened, token = token[-1], token[:-1]
+        parts.append(token)
+        size += len(token)
+        if size > max_bytes:
+            raise LimitExceededError(f"the indented JSON description would exceed {max_bytes} bytes "
+                                     "(limit max_generated_bytes)")
+    parts.append(opened)
+    return "".join(parts)

@@ -16,6 +16,7 @@ against the bytes present), integer sizes, and deflate (``max_pickle_inflation``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
 
@@ -61,3 +62,50 @@ class Limits:
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+    @classmethod
+    def defaults(cls) -> dict[str, int]:
+        return {f.name: f.default for f in fields(cls)}  # type: ignore[misc]
+
+
+SUMMARIES = {
+    "max_pickle_bytes": "size of a pickle that is interpreted (after inflation)",
+    "max_pickle_inflation": "how many times its stored size a deflated pickle may inflate to (+1 MiB)",
+    "max_inflated_bytes": "a deflated storage record inflated in memory when it is read",
+    "max_memo_entries": "pickle memo size",
+    "max_stack_depth": "pickle stack size, and MARKs open at once",
+    "max_zip_entries": "records in a zip's central directory",
+    "max_tensors": "tensor records",
+    "max_tree_nodes": "objects visited walking the tree (each shared object once)",
+    "max_tree_depth": "nesting depth of containers",
+    "max_key_bytes": "keys that listings spell out, and each tensor's whole key path",
+    "max_generated_bytes": "a text made from the checkpoint: index.json, a sidecar, info --json",
+}
+"""One line per limit, for ``ckptfs --help``."""
+
+UNITS = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+         "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+"""SI multiples (k, M, G, T) and binary ones (Ki, Mi, Gi, Ti); a ``B`` may follow either."""
+_QUANTITY = re.compile(r"([0-9]{1,40})(?:\.([0-9]{1,40}))? ?(k|K|M|G|T|Ki|Mi|Gi|Ti|)B?")
+UNITS_HELP = "an integer, optionally with a unit: 1000, 10k, 2M, 1.5G (SI); 64KiB, 256MiB, 4GiB, 1TiB"
+
+
+def parse_quantity(text: str) -> int:
+    """``1000``, ``10k``, ``2M``, ``256MiB``, ``1.5GiB`` … as an int; ValueError saying what is accepted if not."""
+    match = _QUANTITY.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size or count: expected {UNITS_HELP}")
+    whole, fraction, unit = match.group(1), match.group(2) or "", match.group(3)
+    value, remainder = divmod(int(whole + fraction) * UNITS[unit], 10 ** len(fraction))
+    if remainder:
+        raise ValueError(f"{text!r} is not a whole number")
+    return value
+
+
+def format_quantity(value: int, binary: bool) -> str:
+    """The shortest exact spelling ``parse_quantity`` reads back: ``256MiB`` for bytes, ``10M`` for counts."""
+    units = ("Ti", "Gi", "Mi", "Ki") if binary else ("T", "G", "M")
+    for unit in units:
+        if value and value % UNITS[unit] == 0:
+            return f"{value // UNITS[unit]}{unit}{'B' if binary else ''}"
+    return str(value)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
 import sys
+import zipfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
-from corpus import CorpusFile, Expected, TensorPath, dtype_name, torch_bytes
+import ckptfs
+from ckptfs.cli import build_parser
+from ckptfs.limits import parse_quantity
+from corpus import CorpusFile, Expected, TensorPath, dtype_name, save_zip, torch_bytes
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -33,30 +40,36 @@ def logical_nbytes(t: torch.Tensor) -> int:
     return 0 if t.is_meta else len(torch_bytes(t))
 
 
-@pytest.mark.parametrize("name", ["r1_views_containers", "r3_legacy", "r5_scripted", "r2_every_dtype_legacy"])
-def test_ls_lists_every_tensor(corpus: dict[str, CorpusFile], name: str) -> None:
-    result = run("ls", corpus[name].path)
-    assert result.returncode == 0 and result.stderr == ""
-    expected = first_tensors(corpus[name].expected)
-    by_display = {"/".join(map(str, path)): t for path, t in expected.items()}
-    rows = [re.split(r"\s{2,}", line) for line in result.stdout.splitlines()]
-    assert len(rows) == len(expected)
-    if corpus[name].expected.first_paths is not None:
-        assert [row[0] for row in rows] == list(by_display)
-    for display, dtype, shape, size in rows:
-        t = by_display[display]
-        assert dtype == dtype_name(t.dtype), display
-        assert shape == ("x".join(map(str, t.shape)) if t.dim() else "scalar"), display
-        number, unit = size.split()
-        scale = {"B": 1, "KiB": 1024, "MiB": 1024**2}[unit]
-        assert abs(float(number) * scale - logical_nbytes(t)) < 0.1 * scale, display
-
-
 def decode_key(key: Any) -> Any:
     if isinstance(key, dict) and list(key) == ["$tuple"]:
         return tuple(decode_key(k) for k in key["$tuple"])
     assert isinstance(key, (str, int)), key
     return key
+
+
+@pytest.mark.parametrize("name", ["r1_views_containers", "r3_legacy", "r5_scripted", "r2_every_dtype_legacy"])
+def test_ls_lists_every_tensor(corpus: dict[str, CorpusFile], name: str) -> None:
+    """Text and --json list the same tensors, in pickle order, with torch's keys, dtypes, shapes and sizes."""
+    text, as_json = run("ls", corpus[name].path), run("ls", "--json", corpus[name].path)
+    assert (text.returncode, text.stderr, as_json.returncode, as_json.stderr) == (0, "", 0, "")
+    expected = first_tensors(corpus[name].expected)
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    rows = [re.split(r"\s{2,}", line) for line in text.stdout.splitlines()]
+    assert len(rows) == len(records) == len(expected)
+    paths = [tuple(decode_key(k) for k in record["path"]) for record in records]
+    assert len(set(paths)) == len(paths)
+    if corpus[name].expected.first_paths is not None:
+        assert paths == list(expected)
+    for (file, dtype, shape, size), record, path in zip(rows, records, paths):
+        t = expected[path]
+        assert list(record) == ["file", "path", "dtype", "shape", "nbytes"]
+        assert file == record["file"] and not file.startswith("/")
+        assert dtype == record["dtype"] == dtype_name(t.dtype), path
+        assert record["shape"] == list(t.shape) and shape == ("x".join(map(str, t.shape)) if t.dim() else "scalar")
+        assert record["nbytes"] == logical_nbytes(t), path
+        number, unit = size.split()
+        scale = {"B": 1, "KiB": 1024, "MiB": 1024**2}[unit]
+        assert abs(float(number) * scale - logical_nbytes(t)) < 0.1 * scale, path
 
 
 @pytest.mark.parametrize("name", ["r1_views_containers", "r2_every_dtype", "r2_every_dtype_legacy", "r5_traced"])
@@ -85,15 +98,6 @@ def test_info_json_matches_torch(corpus: dict[str, CorpusFile], name: str) -> No
             assert data[start:end] == torch_bytes(t), path
             ranges += 1
     assert ranges > len(expected) / 3
-
-
-def test_info_summary(corpus: dict[str, CorpusFile]) -> None:
-    entry = corpus["r3_legacy"]
-    result = run("info", entry.path)
-    assert result.returncode == 0
-    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
-    assert lines["format"] == "legacy"
-    assert int(lines["tensor_count"]) == entry.expected.distinct
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -126,6 +130,149 @@ def test_limit_option_reaches_the_reader(corpus: dict[str, CorpusFile], command:
                  ["--limit", "max_tree_depth=5", command, "--limit", "max_tree_depth=2", path]):
         result = run(*argv)
         assert result.returncode == 1
-        assert result.stderr.strip() == f"ckptfs: {path}: object tree nests deeper than 2 (limit max_tree_depth)"
+        assert result.stderr == (f"ckptfs: {path}: object tree nests deeper than 2 (limit max_tree_depth); "
+                                 "to allow more: --limit max_tree_depth=VALUE (now 2)\n")
     assert run("--limit", "max_tree_depth=5", command, path).returncode == 0
     assert run("--limit", "max_tree_depth=2", command, "--limit", "max_tree_depth=5", path).returncode == 0
+
+
+def test_version() -> None:
+    result = run("--version")
+    pyproject = (Path(ckptfs.__file__).parents[1] / "pyproject.toml").read_text()
+    (version,) = re.findall(r'^version = "(.+)"$', pyproject, re.MULTILINE)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"ckptfs {version}\n" == f"ckptfs {metadata.version('ckptfs')}\n"
+
+
+@pytest.mark.parametrize("argv", [["--debug", "ls"], ["ls", "--debug"], ["--debug", "info", "--json"],
+                                  ["info", "--debug"], ["info", "--json", "--debug"]])
+def test_debug_before_or_after_the_command(tmp_path: Path, argv: list[str]) -> None:
+    path = _write(tmp_path / "junk.pt", b"\x01\x02junk" * 10)
+    result = run(*argv, path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Traceback (most recent call last):\n")
+    assert result.stderr.endswith(f"ckptfs.errors.NotACheckpointError: {path}: not a PyTorch checkpoint "
+                                  "(starts with bytes 01 02 6a 75 6e 6b 01 02)\n")
+    quiet = run(*[arg for arg in argv if arg != "--debug"], path)
+    assert (quiet.returncode, quiet.stderr.count("\n")) == (1, 1) and "Traceback" not in quiet.stderr
+
+
+@pytest.mark.parametrize(("value", "limit"), [("300", 300), ("1k", 1000), ("1K", 1000), ("2KiB", 2048),
+                                              ("1.5KiB", 1536), ("0.001M", 1000), ("1 KiB", 1024), ("1kB", 1000)])
+def test_limits_take_units(tmp_path: Path, value: str, limit: int) -> None:
+    """max_pickle_bytes: a pickle of 1,025 to 1,535 bytes opens under a limit of 1,536 or 2,048, not under 1,024."""
+    path = save_zip({"k": "x" * 1050}, tmp_path / "p.pt")
+    size = len(zipfile.ZipFile(path).read("p/data.pkl"))
+    assert 1024 < size < 1536
+    result = run("ls", "--limit", f"max_pickle_bytes={value}", path)
+    if limit >= size:
+        assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    else:
+        assert result.returncode == 1
+        assert result.stderr == (f"ckptfs: {path}: zip record 'p/data.pkl' of {size} bytes exceeds the limit "
+                                 f"of {limit}\n")
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("max_tensors=1GB2", "max_tensors: '1GB2' is not a size or count: expected an integer, optionally with a unit"),
+    ("max_tensors=-1", "max_tensors: '-1' is not a size or count"),
+    ("max_tensors=1.5", "max_tensors: '1.5' is not a whole number"),
+    ("max_tensors=", "max_tensors: '' is not a size or count"),
+    ("max_tensor=10", "expected NAME=VALUE with NAME one of max_pickle_bytes, max_pickle_inflation"),
+    ("max_tensors", "expected NAME=VALUE with NAME one of"),
+])
+def test_bad_limits_are_refused(tmp_path: Path, value: str, reason: str) -> None:
+    result = run("ls", "--limit", value, tmp_path / "never-opened.pt")
+    assert result.returncode == 2 and result.stdout == ""
+    usage, error = result.stderr.splitlines()
+    assert usage.startswith("usage: ckptfs ls ")
+    assert error.startswith(f"ckptfs ls: error: argument --limit: {reason}")
+
+
+LIMIT_DEFAULTS = {
+    "max_pickle_bytes": "256MiB", "max_pickle_inflation": "100", "max_inflated_bytes": "256MiB",
+    "max_memo_entries": "10M", "max_stack_depth": "10M", "max_zip_entries": "2M", "max_tensors": "5M",
+    "max_tree_nodes": "20M", "max_tree_depth": "1000", "max_key_bytes": "64MiB", "max_generated_bytes": "128MiB",
+}
+"""The README's table of limits, as ``--help`` spells the defaults."""
+
+
+@pytest.mark.parametrize("command", [[], ["ls"], ["info"], ["mount"]])
+def test_help_lists_limits_and_examples(command: list[str]) -> None:
+    result = run(*command, "--help")
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert set(LIMIT_DEFAULTS) == set(ckptfs.Limits.names())
+    for name, default in LIMIT_DEFAULTS.items():
+        (line,) = [line for line in lines if line.startswith(f"  {name}=")]
+        assert line.split()[0] == f"{name}={default}" and len(line.split()) > 2, line
+        assert parse_quantity(default) == getattr(ckptfs.Limits(), name)
+    examples = lines.index("examples:")
+    assert lines[examples + 1].startswith("  ckptfs " + " ".join(command))
+
+
+def test_every_command_and_argument_has_help() -> None:
+    parser = build_parser()
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    assert {choice.dest for choice in commands._choices_actions} >= {"ls", "info", "mount", "umount"}
+    assert all(choice.help for choice in commands._choices_actions)
+    for name, command in [("ckptfs", parser), ("ls", commands.choices["ls"]), ("info", commands.choices["info"])]:
+        for action in command._actions:
+            assert action.help, (name, action.dest)
+
+
+def test_info_overview(tmp_path: Path) -> None:
+    """Sizes, parameter count, dtypes, tensors and storages, the format in words, details as lines."""
+    obj = {"w": nn.Parameter(torch.zeros(3, 4)), "b": torch.zeros(5, dtype=torch.bfloat16), "i": torch.arange(7),
+           "t": torch.ones(2, 2).t(), "n": 3}
+    path = save_zip(obj, tmp_path / "m.pt")
+    result = run("info", path)
+    assert (result.returncode, result.stderr) == (0, "")
+    archive = zipfile.ZipFile(path)
+    assert result.stdout.splitlines() == [
+        f"file:       {path}",
+        "format:     torch.save zip archive (torch >= 1.6)",
+        "size:       130 B of tensor data (130 bytes)",
+        "tensors:    4",
+        "storages:   4 (130 B stored)",
+        "parameters: 28 (elements of every tensor); 12 in 1 nn.Parameters",
+        "dtypes:     float32   2 tensors  64 B",
+        "            int64     1 tensor   56 B",
+        "            bfloat16  1 tensor   10 B",
+        "byteorder:  little",
+        "details:    archive prefix: m",
+        f"            records: {len(archive.namelist())}",
+        f"            storage alignment: {int(archive.read('m/.storage_alignment'))}",
+        f"            format version: {archive.read('m/.format_version').decode().strip()}",
+        f"            version: {archive.read('m/version').decode().strip()}",
+    ]
+
+
+def test_info_overview_of_other_formats(corpus: dict[str, CorpusFile]) -> None:
+    for name, words in (("r3_legacy", "legacy torch.save stream (torch < 1.6)"),
+                        ("r5_scripted", "TorchScript archive (torch.jit.save)")):
+        entry = corpus[name]
+        result = run("info", entry.path)
+        assert (result.returncode, result.stderr) == (0, "")
+        fields = dict(line.split(None, 1) for line in result.stdout.splitlines() if not line.startswith(" "))
+        assert fields["format:"] == words
+        assert fields["tensors:"] == f"{entry.expected.distinct:,}"
+        first = first_tensors(entry.expected)
+        numel = sum(t.numel() for t in first.values())
+        parameters = [t for path, t in first.items() if path in entry.expected.parameters]
+        counted = f"{numel:,} (elements of every tensor)"
+        if parameters:
+            counted += f"; {sum(t.numel() for t in parameters):,} in {len(parameters):,} nn.Parameters"
+        assert fields["parameters:"] == counted
+    legacy = run("info", corpus["r3_legacy"].path).stdout
+    assert "details:    protocol version: 1001\n            writer little endian: yes\n" in legacy
+
+
+def test_the_readme_shows_what_info_prints() -> None:
+    repo = Path(ckptfs.__file__).resolve().parents[1]
+    block = (repo / "README.md").read_text().split("$ ckptfs info examples/tiny_model.pt\n", 1)[1].split("```")[0]
+    shown = [line for line in block.splitlines() if line.strip() != "…"]
+    result = subprocess.run([*CLI, "info", "examples/tiny_model.pt"], capture_output=True, text=True, timeout=60,
+                            cwd=repo)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[: len(shown)] == shown

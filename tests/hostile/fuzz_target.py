@@ -18,6 +18,7 @@ import ckptfs
 from ckptfs.errors import CkptfsError
 from ckptfs.info import description_text
 from ckptfs.layout import Dir, Kind, Layout
+from ckptfs.listing import json_lines, listed, text_lines
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000
@@ -41,8 +42,11 @@ def exercise(data: bytes, rng: random.Random) -> None:
 
 def _describe(ck: ckptfs.Checkpoint) -> None:
     description_text(ck)
-    for tensor in ck.tensors:
-        "/".join(str(k) for k in tensor.path)
+    rows = listed(ck)
+    for _ in text_lines(rows):
+        pass
+    for _ in json_lines(rows, ck.limits.max_generated_bytes):
+        pass
 
 
 def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:

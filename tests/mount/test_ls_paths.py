@@ -1,0 +1,85 @@
+"""``ckptfs ls`` names each tensor by its file in a real mount of the same checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes
+from hostile.containers import zip_checkpoint
+from hostile.picklegen import MARK, SETITEMS, EMPTY_DICT, i, ints, lst, pickle, s, storage_pid, tensor_v2
+from mount.helpers import Mounter, run_cli
+
+pytestmark = pytest.mark.mount
+
+AWKWARD_KEYS: list[object] = ["a/b", ".", "..", "", ".hidden", "w", "w.json", "7", 7, "x" * 300, "é/ü", "\n",
+                              "model.safetensors", "100%", "%30", "a  b", "\x1b[31m", 2.5, None, True, (1, 2)]
+
+
+def assert_ls_names_mounted_files(source: Path, mnt: Path) -> list[str]:
+    """Every first column of ``ckptfs ls`` is a tensor file of the mount whose sidecar has the tensor's key path."""
+    text, as_json = run_cli("ls", source), run_cli("ls", "--json", source)
+    assert (text.returncode, text.stderr, as_json.returncode, as_json.stderr) == (0, "", 0, "")
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    lines = text.stdout.splitlines()
+    assert len(lines) == len(records)
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    assert [record["file"] for record in records] == [t["file"] for t in index["tensors"]]
+    for line, record in zip(lines, records):
+        file = record["file"]
+        assert line.startswith(file + "  ") and line[len(file) + 2 :].split()[0] == record["dtype"], line
+        target = mnt / file
+        assert target.is_file() and not target.is_symlink(), file
+        assert target.stat().st_size == min(record["nbytes"], (1 << 63) - 1)
+        sidecar = json.loads((mnt / (file + ".json")).read_text())
+        assert sidecar["path"] == record["path"], file
+        assert (sidecar["dtype"], sidecar["shape"], sidecar["nbytes"]) == (record["dtype"], record["shape"],
+                                                                           record["nbytes"])
+    return [record["file"] for record in records]
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path], name: str) -> None:
+    files = assert_ls_names_mounted_files(corpus[name].path, corpus_mounts[name])
+    assert len(files) == corpus[name].expected.distinct
+
+
+@pytest.mark.parametrize("save", [save_zip, save_legacy])
+def test_one_tensor(tmp_path: Path, mounter: Mounter, save) -> None:
+    t = torch.arange(6, dtype=torch.int16).reshape(2, 3)
+    source = save(t, tmp_path / "one.pt")
+    mnt = mounter(source)
+    assert assert_ls_names_mounted_files(source, mnt) == ["%root"]
+    assert (mnt / "%root").read_bytes() == torch_bytes(t)
+
+
+@pytest.mark.parametrize("save", [save_zip, save_legacy])
+def test_awkward_keys(tmp_path: Path, mounter: Mounter, save) -> None:
+    """Escapes, reserved suffixes, int-like strings, non-str keys and a name long enough to be shortened."""
+    tensors = {key: torch.full((2,), float(n)) for n, key in enumerate(AWKWARD_KEYS)}
+    source = save({"keys": tensors, "deep": {"x" * 250: {"\x00": tensors["w"]}}}, tmp_path / "k.pt")
+    mnt = mounter(source)
+    files = assert_ls_names_mounted_files(source, mnt)
+    assert len(files) == len(AWKWARD_KEYS)
+    for file, t in zip(files, tensors.values()):
+        assert (mnt / file).read_bytes() == torch_bytes(t)
+    assert any("%~" in file for file in files)  # the 300-character key's name is shortened
+
+
+def test_keys_that_give_one_name(tmp_path: Path, mounter: Mounter) -> None:
+    """Two list keys ``[1]`` (only a hand-made pickle has them) give one name; the second is suffixed ``%#N``."""
+    tensor = tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(2), ints(1))
+    other = tensor_v2(storage_pid("FloatStorage", "0", 4), i(2), ints(2), ints(1))
+    body = EMPTY_DICT + MARK + lst(i(1)) + tensor + lst(i(1)) + other + s("w") + tensor + SETITEMS
+    source = tmp_path / "dup.pt"
+    source.write_bytes(zip_checkpoint(pickle(body), {"0": torch.arange(4.0).numpy().tobytes()}))
+    mnt = mounter(source)
+    files = assert_ls_names_mounted_files(source, mnt)
+    assert len(files) == 3 and any(file.endswith("%#1") for file in files)
+    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", *files, *(f + ".json" for f in files)])
+    second = next(file for file in files if file.endswith("%#1"))
+    assert (mnt / second).read_bytes() == torch.arange(2.0, 4.0).numpy().tobytes()
