@@ -27,6 +27,7 @@ import warnings
 from typing import Callable, NoReturn
 
 from ckptfs import daemon_log
+from ckptfs.auto_unmount import start_watcher
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError
@@ -101,7 +102,7 @@ def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOp
     from ckptfs import fuse_ops  # here, not at the top: it loads libfuse3, which ls and info do without
 
     def on_init() -> None:
-        threading.Thread(target=_when_answering, args=(target, notify), daemon=True).start()
+        threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
 
     fs = fuse_ops.CheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
                                umask=options.umask)
@@ -112,8 +113,9 @@ def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOp
         checkpoint.close()
 
 
-def _when_answering(target: str, notify: Notify | None) -> None:
-    """Runs beside the request loop: waits for the mount to answer, tunes read-ahead, reports readiness."""
+def _when_answering(target: str, auto_unmount: bool, notify: Notify | None) -> None:
+    """Runs beside the request loop: waits for the mount to answer, tunes read-ahead, starts the auto_unmount
+    watcher, reports readiness."""
     try:
         device = os.stat(target).st_dev
     except OSError as exc:
@@ -121,6 +123,8 @@ def _when_answering(target: str, notify: Notify | None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         return
     raise_read_ahead(device)
+    if auto_unmount:
+        start_watcher(target)
     if notify is not None:
         notify()
 

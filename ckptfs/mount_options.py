@@ -117,8 +117,8 @@ def group_id(text: str, where: str) -> int:
 
 
 def libfuse_flags(options: MountOptions) -> list[str]:
-    """The ``-o`` flags libfuse gets (besides those ``fuse_ops.serve`` always sets)."""
-    flags = [name for name in ("allow_other", "allow_root", "auto_unmount") if getattr(options, name)]
+    """The ``-o`` flags libfuse gets (besides those ``fuse_ops.serve`` always sets; auto_unmount is ckptfs's own)."""
+    flags = [name for name in ("allow_other", "allow_root") if getattr(options, name)]
     if options.allow_root and options.allow_other:
         flags.remove("allow_root")  # libfuse refuses both at once; allow_other already lets root in
     return flags + list(options.kernel_flags)

@@ -27,19 +27,42 @@ def source(tmp_path: Path) -> Path:
     return save_zip({"m": {"w": W, "tied": W}, "epoch": 3}, tmp_path / "model.pt")
 
 
+ENTRIES = ("", "m", "m/w", "m/w.json", "epoch", ".ckptfs/index.json", "m/tied")
+
+
+def _owners_and_modes(mnt: Path) -> tuple[set[tuple[int, int]], dict[str, int]]:
+    found = {path: os.lstat(mnt / path) for path in ENTRIES}
+    assert stat.S_ISLNK(found["m/tied"].st_mode) and stat.S_ISDIR(found["m"].st_mode)
+    return {(st.st_uid, st.st_gid) for st in found.values()}, {p: stat.S_IMODE(st.st_mode) for p, st in found.items()}
+
+
 def test_uid_gid_umask_set_every_owner_and_mode(source: Path, mounter: Mounter) -> None:
-    mnt = mounter(source, "-o", "uid=4242,gid=4343", "-o", "umask=027")
-    modes = {path: os.lstat(mnt / path) for path in ("", "m", "m/w", "m/w.json", "epoch", ".ckptfs/index.json",
-                                                      "m/tied")}
-    assert {(st.st_uid, st.st_gid) for st in modes.values()} == {(4242, 4343)}
-    assert {path: stat.S_IMODE(st.st_mode) for path, st in modes.items()} == {
-        "": 0o550, "m": 0o550, "m/w": 0o440, "m/w.json": 0o440, "epoch": 0o440, ".ckptfs/index.json": 0o440,
-        "m/tied": 0o777}
-    assert stat.S_ISLNK(modes["m/tied"].st_mode)
+    mnt = mounter(source, "-o", "uid=4242,gid=4343", "-o", "umask=022")
+    owners, modes = _owners_and_modes(mnt)
+    assert owners == {(4242, 4343)}
+    assert modes == {"": 0o555, "m": 0o555, "m/w": 0o444, "m/w.json": 0o444, "epoch": 0o444,
+                     ".ckptfs/index.json": 0o444, "m/tied": 0o777}
     listed = subprocess.run(["ls", "-ln", str(mnt / "m")], capture_output=True, text=True, check=True).stdout
     rows = {line.split()[8]: line.split()[:4] for line in listed.splitlines()[1:]}
     assert rows == {"tied": ["lrwxrwxrwx", "1", "4242", "4343"], "tied.json": ["lrwxrwxrwx", "1", "4242", "4343"],
-                    "w": ["-r--r-----", "1", "4242", "4343"], "w.json": ["-r--r-----", "1", "4242", "4343"]}
+                    "w": ["-r--r--r--", "1", "4242", "4343"], "w.json": ["-r--r--r--", "1", "4242", "4343"]}
+    assert (mnt / "m" / "w").read_bytes() == W.numpy().tobytes()
+
+
+def test_umask_takes_bits_away_and_the_kernel_enforces_them(source: Path, mounter: Mounter) -> None:
+    source.chmod(0o644)
+    mnt = mounter(source, "-o", f"uid=4242,gid={os.getgid()},umask=0027")
+    owners, modes = _owners_and_modes(mnt)
+    assert owners == {(4242, os.getgid())}
+    assert modes == {"": 0o550, "m": 0o550, "m/w": 0o440, "m/w.json": 0o440, "epoch": 0o440,
+                     ".ckptfs/index.json": 0o440, "m/tied": 0o777}
+    assert (mnt / "m" / "w").read_bytes() == W.numpy().tobytes()  # by the group's bits (or as root)
+    mnt = mounter(source, "-o", "uid=4242,gid=4343,umask=007")
+    if os.geteuid() == 0:
+        assert (mnt / "m" / "w").read_bytes() == W.numpy().tobytes()
+    else:
+        with pytest.raises(PermissionError):
+            os.listdir(mnt)
 
 
 def test_uid_gid_by_name_and_a_umask_that_lets_others_read(source: Path, mounter: Mounter) -> None:

@@ -16,7 +16,7 @@ import pytest
 from mount.helpers import force_unmount, mount_points
 
 IS_ROOT = os.geteuid() == 0
-root_only = pytest.mark.skipif(not IS_ROOT, reason="acting as another user needs root")
+root_only = pytest.mark.skipif(not IS_ROOT, reason="root only: another user, /sbin or mount(8)")
 
 
 def nobody() -> pwd.struct_passwd:
