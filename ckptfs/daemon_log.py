@@ -12,7 +12,6 @@ go to stderr: the log file, or nowhere in the background without one.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import stat
 import sys
@@ -53,6 +52,8 @@ def log_to_syslog(debug: bool, address: str = SYSLOG) -> bool:
             return False
     except OSError:
         return False
+    import logging.handlers  # here: it imports socket, pickle and queue, which a mount's start does without
+
     handler = logging.handlers.SysLogHandler(address)  # never raises: it reconnects when it logs
     handler.ident = f"ckptfs[{os.getpid()}]: "
     _install(handler, "%(levelname)s: %(message)s", debug)

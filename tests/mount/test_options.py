@@ -15,7 +15,7 @@ import torch
 from corpus import save_zip
 from mount.helpers import Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.test_lifecycle import assert_one_line_error, mounted_under
-from mount.users import as_user, findmnt, nobody, root_only, shared_dir  # noqa: F401 (shared_dir: a fixture)
+from mount.users import as_user, findmnt, nobody, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -144,7 +144,7 @@ def _lists_as_nobody(mnt: Path) -> subprocess.CompletedProcess[str]:
 
 
 @root_only
-def test_allow_other_lets_another_user_in(shared_dir: Path) -> None:  # noqa: F811
+def test_allow_other_lets_another_user_in(shared_dir: Path) -> None:
     source = save_zip({"m": {"w": W}}, shared_dir / "model.pt")
     source.chmod(0o644)
     mounter = Mounter(shared_dir / "mnt")

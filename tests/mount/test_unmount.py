@@ -14,7 +14,7 @@ from corpus import save_zip
 from ckptfs.unmount import BUSY_HINT, explain
 from mount.helpers import CLI, Mounter, mount_points, run_cli
 from mount.test_lifecycle import assert_one_line_error
-from mount.users import as_user, nobody, root_only, shared_dir  # noqa: F401 (shared_dir: a fixture)
+from mount.users import as_user, nobody, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -72,7 +72,7 @@ def test_busy_because_a_process_works_in_it(source: Path, mounter: Mounter) -> N
 
 
 @root_only
-def test_another_users_mount_says_whose_it_is(shared_dir: Path) -> None:  # noqa: F811
+def test_another_users_mount_says_whose_it_is(shared_dir: Path) -> None:
     source = save_zip({"w": torch.ones(2)}, shared_dir / "model.pt")
     mounter = Mounter(shared_dir / "mnt")
     try:

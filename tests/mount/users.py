@@ -28,8 +28,7 @@ def as_user(user: pwd.struct_passwd, *argv: str | Path) -> list[str]:
     return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *map(str, argv)]
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
+def shared_directory() -> Iterator[Path]:
     """A directory every user can reach (pytest's tmp_path is the running user's alone); taken down afterwards."""
     path = Path(tempfile.mkdtemp(prefix="ckptfs-shared-", dir="/tmp"))
     path.chmod(0o777)
