@@ -77,14 +77,26 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         _serve(checkpoint, layout, target, options, notify)
 
     if options.foreground:
-        if log_fd is not None:
-            daemon_log.log_to_file(log_fd, options.debug)
-        serve(None)
+        _serve_in_foreground(serve, log_fd, options.debug)
     else:
         _run_detached(serve, target, lambda: _log_in_background(log_fd, options.debug))
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
+
+
+def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | None, debug: bool) -> None:
+    """Serves until unmounted; with a log file, stderr goes there once the mount answers, and comes back after."""
+    if log_fd is None:
+        serve(None)
+        return
+    terminal = os.dup(2)
+    try:
+        serve(lambda: daemon_log.log_to_file(log_fd, debug))
+    finally:
+        os.dup2(terminal, 2)
+        os.close(terminal)
+        daemon_log.log_to_stderr(debug)
 
 
 def _log_in_background(log_fd: int | None, debug: bool) -> None:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from corpus import save_zip
-from mount.helpers import Mounter, daemon_pids, run_cli
+from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.test_lifecycle import assert_one_line_error, mounted_under
 
 pytestmark = pytest.mark.mount
@@ -47,6 +47,29 @@ def test_a_truncated_read_is_logged_with_a_timestamp_in_the_log_file(tmp_path: P
     pattern = (rf"{STAMP} ckptfs\[{daemon}\]: ERROR: /b: read of \d+ bytes at offset 0: "
                rf"the source was truncated to {source.stat().st_size} bytes")
     assert logged and all(re.fullmatch(pattern, line) for line in logged), logged  # the kernel may retry the read
+
+
+def test_a_foreground_mount_with_a_log_file_logs_there_once_it_answers(tmp_path: Path, mounter: Mounter) -> None:
+    source = save_zip({"a": torch.ones(4), "b": torch.arange(4096.0)}, tmp_path / "model.pt")
+    log = tmp_path / "fg.log"
+    mnt = mounter.directory()
+    daemon = subprocess.Popen([*CLI, "mount", "-f", "--log-file", str(log), str(source), str(mnt)],
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: str(mnt) in mount_points())
+        _truncate_inside(source, "1", 64)
+        with pytest.raises(OSError) as caught:
+            (mnt / "b").read_bytes()
+        assert caught.value.errno == errno.EIO
+        assert run_cli("umount", mnt).returncode == 0
+        assert daemon.wait(timeout=20) == 0
+        assert daemon.stderr is not None and daemon.stderr.read() == ""
+    finally:
+        daemon.kill()
+        daemon.wait()
+    logged = log.read_text().splitlines()
+    assert logged and all(re.fullmatch(rf"{STAMP} ckptfs\[{daemon.pid}\]: ERROR: /b: read of \d+ bytes at offset 0: "
+                                       r"the source was truncated to \d+ bytes", line) for line in logged), logged
 
 
 def test_debug_in_the_background_logs_every_request_in_the_log_file_only(tmp_path: Path, mounter: Mounter) -> None:
