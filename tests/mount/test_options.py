@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from corpus import save_zip
-from mount.helpers import Mounter, daemon_pids, mount_points, run_cli, wait_until
+from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.test_lifecycle import assert_one_line_error, mounted_under
-from mount.users import as_user, findmnt, nobody, root_only
+from mount.users import IS_ROOT, as_user, findmnt, nobody, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -163,3 +163,43 @@ def test_allow_other_lets_another_user_in(shared_dir: Path) -> None:
             assert sorted(os.listdir(mnt / "m")) == ["w", "w.json"]
     finally:
         mounter.cleanup()
+
+
+AS_NOBODY_WITH_FUSE = """
+set -e
+dir=$1
+shift
+mknod -m 666 "$dir/fuse" c 10 229
+mount --bind "$dir/fuse" /dev/fuse
+set +e
+"$@"
+status=$?
+fusermount3 -u "$dir/mnt" 2>/dev/null
+exit $status
+"""
+
+
+def _user_allow_other() -> bool:
+    try:
+        lines = Path("/etc/fuse.conf").read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    return any(line.split("#")[0].strip() == "user_allow_other" for line in lines)
+
+
+def test_allow_other_for_a_plain_user_follows_etc_fuse_conf(shared_dir: Path) -> None:
+    source = save_zip({"w": W}, shared_dir / "model.pt")
+    (shared_dir / "mnt").mkdir(mode=0o777)
+    (shared_dir / "mnt").chmod(0o777)  # fusermount3 wants the user to own or be able to write it
+    mount = [*CLI, "mount", "-o", "allow_other", source, shared_dir / "mnt"]
+    if IS_ROOT:  # as nobody, in a mount namespace whose /dev/fuse any user may open (as on a stock Debian)
+        argv = ["unshare", "--mount", "sh", "-c", AS_NOBODY_WITH_FUSE, "sh", shared_dir, *as_user(nobody(), *mount)]
+        result = subprocess.run(list(map(str, argv)), capture_output=True, text=True, timeout=60)
+    else:
+        result = run_cli(*mount[len(CLI):])
+    if _user_allow_other():
+        assert (result.returncode, result.stderr) == (0, "")
+    else:
+        assert_one_line_error(result, r"^ckptfs: fusermount3: option allow_other only allowed if 'user_allow_other' "
+                                      r"is set in /etc/fuse.conf")
+        assert not mounted_under(shared_dir)
