@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import re
 import sys
@@ -93,16 +92,45 @@ def _write(texts: Iterable[str]) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(name)s: %(message)s")
-    options = MountOptions(foreground=args.foreground, debug=args.debug, allow_other=args.allow_other,
-                           multithreaded=args.multithreaded)
-    mount(args.source, args.mountpoint, options, args.limits)
+    from ckptfs.mount_options import group_id, user_id, with_options
+
+    options = MountOptions(
+        foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
+        uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
+        gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
+    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits)
     return 0
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
-    unmount(args.mountpoint, lazy=args.lazy)
+    """Unmounts every mount point given; each failure is its own line, and the others are still unmounted."""
+    failed = 0
+    for mountpoint in args.mountpoints:
+        try:
+            unmount(mountpoint, lazy=args.lazy)
+        except CkptfsError as exc:
+            print(f"ckptfs: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+def cmd_mounts(args: argparse.Namespace) -> int:
+    import json
+
+    from ckptfs.mount_table import ckptfs_mounts
+
+    for entry in ckptfs_mounts():
+        if args.json:
+            print(json.dumps({"mountpoint": entry.point, "source": entry.source, "uid": entry.owner},
+                             ensure_ascii=False))
+        else:
+            print(f"{_escaped(entry.point)} {_escaped(entry.source)}")
     return 0
+
+
+def _escaped(path: str) -> str:
+    """As /proc/mounts writes it: space, tab, newline and backslash as octal escapes, so one mount is one line."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
 
 
 def _parse_limit(text: str) -> tuple[str, int]:
@@ -204,25 +232,51 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limit_option(info, "command_limit")
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
-    mnt = sub.add_parser("mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
-                         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once "
-                                     "the mount answers; the daemon runs in the background. "
-                                     "Unmount with: ckptfs umount MOUNTPOINT")
-    mnt.add_argument("source", metavar="SOURCE")
-    mnt.add_argument("mountpoint", metavar="MOUNTPOINT")
+    mnt = sub.add_parser(
+        "mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
+                    "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT",
+        epilog="examples:\n"
+               "  ckptfs mount model.pt /mnt/m\n"
+               "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
+               "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
+               "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
+    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file")
+    mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
+    mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
+                     help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
+                          "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
+                          "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
+                          "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
     mnt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help="log every request on stderr (best with -f)")
-    mnt.add_argument("--allow-other", action="store_true", help="let other users see the mount (FUSE allow_other)")
+                     help="log every request: on stderr with -f, else in --log-file (which it then needs)")
+    mnt.add_argument("--log-file", metavar="PATH",
+                     help="append the daemon's warnings and errors here, timestamped "
+                          "(default: syslog when /dev/log exists, else nowhere; stderr with -f)")
+    mnt.add_argument("--allow-other", action="store_true", help="let other users see the mount (-o allow_other)")
+    mnt.add_argument("--uid", metavar="USER", help="owner of every file, a name or a number (default: the source's)")
+    mnt.add_argument("--gid", metavar="GROUP", help="group of every file, a name or a number (default: the source's)")
     mnt.add_argument("--multithreaded", action="store_true",
                      help="answer requests on several threads (default: one, which streams fastest)")
     _add_limit_option(mnt, "command_limit")
     mnt.set_defaults(run=cmd_mount)
-    umount = sub.add_parser("umount", help="unmount a ckptfs mount (also a dead one whose daemon was killed)")
-    umount.add_argument("mountpoint", metavar="MOUNTPOINT")
+    umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
+                            description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "
+                                        "others; the exit status is 1 if any failed.")
+    umount.add_argument("mountpoints", metavar="MOUNTPOINT", nargs="+", help="a ckptfs mount point (or a symlink "
+                                                                             "to one)")
     umount.add_argument("-l", "--lazy", action="store_true",
                         help="detach now even if files in it are open; the daemon exits once the last is closed")
     umount.set_defaults(run=cmd_umount)
+    mounts = sub.add_parser("mounts", help="list the ckptfs mounts: mount point and source, one per line",
+                            description="List the ckptfs mounts this process can see (as findmnt -t fuse.ckptfs "
+                                        "does): MOUNTPOINT SOURCE, one mount per line, with space, tab, newline and "
+                                        "backslash written as octal escapes (\\040 ...) as in /proc/mounts.")
+    mounts.add_argument("--json", action="store_true",
+                        help="one JSON object per line: mountpoint, source, uid (the user who mounted it)")
+    mounts.set_defaults(run=cmd_mounts)
     _lay_out_help(sub)
     return parser
 

@@ -87,7 +87,11 @@ class CheckpointFS:
 
     use_ns = True
 
-    def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None) -> None:
+    def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None, *,
+                 uid: int | None = None, gid: int | None = None, umask: int | None = None) -> None:
+        """``uid``, ``gid``: every entry's owner (default: the source file's); ``umask``: bits taken from 0555
+        (directories) and 0444 (files) (default: the source file's read bits, directories searchable where readable).
+        """
         self.checkpoint = checkpoint
         self.layout = layout
         self._on_init = on_init
@@ -99,21 +103,25 @@ class CheckpointFS:
         self._handles = itertools.count(1)
         source = os.fstat(self._fd) if self._fd is not None else None
         self._source_size = checkpoint.source.size
-        self._template = self._stat_template(source)
+        self._template = self._stat_template(source, uid, gid)
         readable = (source.st_mode if source else 0o444) & 0o444
-        link_mode, dir_mode = stat.S_IFLNK | 0o777, stat.S_IFDIR | readable | readable >> 2
+        searchable = readable >> 2
+        if umask is not None:
+            readable, searchable = 0o444 & ~umask, 0o111 & ~umask
+        link_mode, dir_mode = stat.S_IFLNK | 0o777, stat.S_IFDIR | readable | searchable
         self._modes = {kind: dir_mode if kind is Kind.DIR else
                        link_mode if kind is Kind.LINK or kind is Kind.META_LINK else stat.S_IFREG | readable
                        for kind in Kind}
         """``st_mode`` by kind of entry."""
 
     @staticmethod
-    def _stat_template(source: os.stat_result | None) -> bytes:
-        """What every entry shares: one link, owner and times of the source file, block size."""
+    def _stat_template(source: os.stat_result | None, uid: int | None, gid: int | None) -> bytes:
+        """What every entry shares: one link, owner (the source file's by default) and times of the source file,
+        block size."""
         st = _STAT()
         st.st_nlink = 1
-        st.st_uid = source.st_uid if source else os.getuid()
-        st.st_gid = source.st_gid if source else os.getgid()
+        st.st_uid = uid if uid is not None else source.st_uid if source else os.getuid()
+        st.st_gid = gid if gid is not None else source.st_gid if source else os.getgid()
         st.st_blksize = BLOCK_SIZE
         if source:
             st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.st_atime_ns, 10**9)
@@ -363,14 +371,18 @@ class _FastOps(ctypes.Structure):
 mfusepy.fuse_operations = _FastOps
 
 
-def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, allow_other: bool = False,
-          multithreaded: bool = False, debug: bool = False) -> None:
-    """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount)."""
+def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
+          debug: bool = False) -> None:
+    """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount).
+
+    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …).
+    """
     libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
     options: dict[str, Any] = {
         "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": True,
-        "default_permissions": True, "allow_other": allow_other, "max_read": MAX_REQUEST,
+        "default_permissions": True, "max_read": MAX_REQUEST,
         "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
+        **dict.fromkeys(flags, True),
     }
     try:
         CheckpointFUSE(fs, mountpoint, raw_fi=False, encoding="utf-8", errors="surrogateescape", **options)

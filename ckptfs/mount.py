@@ -1,59 +1,53 @@
-"""``ckptfs mount`` and ``ckptfs umount``: mount point checks, the daemon and its readiness, unmounting.
+"""``ckptfs mount``: mount point checks, the daemon and its readiness.
 
 A mount parses the checkpoint in the calling process, then (unless in the
 foreground) forks a detached daemon that mounts and serves. The caller returns
 only once the mount answers a ``stat``; until then the daemon's stderr is a
 pipe to the caller, so whatever stops it (libfuse's own complaints included)
-becomes the caller's one-line error.
+becomes the caller's one-line error. Afterwards the daemon logs as
+``ckptfs.daemon_log`` says.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
+import grp
 import importlib
 import os
-import re
 import select
 import shutil
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
 from typing import Callable, NoReturn
 
+from ckptfs import daemon_log
+from ckptfs.auto_unmount import start_watcher
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.layout import Layout
 from ckptfs.libfuse import INSTALL_HINT
 from ckptfs.limits import Limits
+from ckptfs.mount_options import MountOptions, libfuse_flags
+from ckptfs.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
+from ckptfs.unmount import run_unmount, unmount
 
-FSTYPE = "fuse.ckptfs"
+__all__ = ["MountOptions", "mount", "unmount"]
+
+FUSE_DEVICE = "/dev/fuse"
 READY = b"\0"
 """Written by the daemon on its stderr pipe once the mount answers; never part of a message."""
 START_TIMEOUT = 60.0
-DEAD_MOUNT_ERRORS = (errno.ENOTCONN, errno.ECONNABORTED)
-"""What a FUSE mount whose daemon died answers."""
 READ_AHEAD_KB = 1024
 """Read-ahead of the mount's bdi: lets the kernel send 1 MiB read requests."""
 
 Notify = Callable[[], None]
-
-
-@dataclass(frozen=True)
-class MountOptions:
-    foreground: bool = False
-    debug: bool = False
-    """libfuse logs every request on stderr (the daemon keeps stderr open)."""
-    allow_other: bool = False
-    multithreaded: bool = False
 
 
 def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits()) -> None:
@@ -64,8 +58,12 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     """
     target = absolute_mountpoint(mountpoint)
     check_mountpoint(target)
+    if options.debug and not options.foreground and options.log_file is None:
+        raise MountError("--debug in the background needs --log-file PATH (or -f, to log on the terminal)")
+    log_fd = daemon_log.open_log_file(options.log_file)
+    daemon_log.log_to_stderr(options.debug)
     with gc_paused():
-        checkpoint = open_checkpoint(source, limits)
+        checkpoint = open_checkpoint(os.path.abspath(source), limits)
         try:
             layout = Layout(checkpoint)
             check_fuse()
@@ -79,28 +77,57 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         _serve(checkpoint, layout, target, options, notify)
 
     if options.foreground:
-        serve(None)
+        _serve_in_foreground(serve, log_fd, options.debug)
     else:
-        _run_detached(serve, target, options.debug)
+        _run_detached(serve, target, lambda: _log_in_background(log_fd, options.debug))
         checkpoint.close()
+        if log_fd is not None:
+            os.close(log_fd)
+
+
+def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | None, debug: bool) -> None:
+    """Serves until unmounted; with a log file, stderr goes there once the mount answers, and comes back after."""
+    if log_fd is None:
+        serve(None)
+        return
+    terminal = os.dup(2)
+    try:
+        serve(lambda: daemon_log.log_to_file(log_fd, debug))
+    finally:
+        os.dup2(terminal, 2)
+        os.close(terminal)
+        daemon_log.log_to_stderr(debug)
+
+
+def _log_in_background(log_fd: int | None, debug: bool) -> None:
+    if log_fd is not None:
+        daemon_log.log_to_file(log_fd, debug)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    if not daemon_log.log_to_syslog(debug):
+        daemon_log.log_nowhere()
 
 
 def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOptions, notify: Notify | None) -> None:
     from ckptfs import fuse_ops  # here, not at the top: it loads libfuse3, which ls and info do without
 
     def on_init() -> None:
-        threading.Thread(target=_when_answering, args=(target, notify), daemon=True).start()
+        threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
 
-    fs = fuse_ops.CheckpointFS(checkpoint, layout, on_init=on_init)
+    fs = fuse_ops.CheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
+                               umask=options.umask)
     try:
-        fuse_ops.serve(fs, target, fsname=checkpoint.path, allow_other=options.allow_other,
+        fuse_ops.serve(fs, target, fsname=options.fsname or checkpoint.path, flags=libfuse_flags(options),
                        multithreaded=options.multithreaded, debug=options.debug)
     finally:
         checkpoint.close()
 
 
-def _when_answering(target: str, notify: Notify | None) -> None:
-    """Runs beside the request loop: waits for the mount to answer, tunes read-ahead, reports readiness."""
+def _when_answering(target: str, auto_unmount: bool, notify: Notify | None) -> None:
+    """Runs beside the request loop: waits for the mount to answer, tunes read-ahead, starts the auto_unmount
+    watcher, reports readiness."""
     try:
         device = os.stat(target).st_dev
     except OSError as exc:
@@ -108,6 +135,8 @@ def _when_answering(target: str, notify: Notify | None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         return
     raise_read_ahead(device)
+    if auto_unmount:
+        start_watcher(target)
     if notify is not None:
         notify()
 
@@ -122,12 +151,12 @@ def raise_read_ahead(device: int) -> None:
 # -- the detached daemon ------------------------------------------------------------
 
 
-def _run_detached(serve: Callable[[Notify], None], target: str, debug: bool) -> None:
+def _run_detached(serve: Callable[[Notify], None], target: str, when_ready: Callable[[], None]) -> None:
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:
         os.close(read_end)
-        _daemon(serve, write_end, debug)
+        _daemon(serve, write_end, when_ready)
     os.close(write_end)
     os.waitpid(pid, 0)
     try:
@@ -137,12 +166,12 @@ def _run_detached(serve: Callable[[Notify], None], target: str, debug: bool) -> 
     if ready:
         return
     if target in mount_points():
-        _unmount(target, lazy=True)
+        run_unmount(target, lazy=True)
     lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
     raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
 
 
-def _daemon(serve: Callable[[Notify], None], pipe: int, debug: bool) -> NoReturn:
+def _daemon(serve: Callable[[Notify], None], pipe: int, when_ready: Callable[[], None]) -> NoReturn:
     """The forked child: detaches (second fork), then serves with stderr on the pipe until ready."""
     code = 1
     try:
@@ -151,14 +180,14 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, debug: bool) -> NoReturn
             os._exit(0)
         os.chdir("/")
         null = os.open(os.devnull, os.O_RDWR)
-        later_stderr = os.dup(2) if debug else null
         os.dup2(null, 0)
         os.dup2(null, 1)
         os.dup2(pipe, 2)
+        os.close(null)
 
         def notify() -> None:
             os.write(pipe, READY)
-            os.dup2(later_stderr, 2)
+            when_ready()
             os.close(pipe)
 
         serve(notify)
@@ -200,22 +229,28 @@ def _wait_ready(pipe: int) -> tuple[bytes, bool]:
 # -- checks ---------------------------------------------------------------------------
 
 
-def absolute_mountpoint(path: str) -> str:
-    """The absolute path, resolving symlinks in the parent only (the mount point may be a dead mount)."""
-    path = os.path.abspath(path)
-    head, tail = os.path.split(path)
-    return os.path.join(os.path.realpath(head), tail) if tail else path
-
-
 def check_fuse() -> None:
-    if not os.path.exists("/dev/fuse"):
-        raise MountError(f"FUSE is not available: /dev/fuse is missing (load the kernel module: modprobe fuse; "
+    if not os.path.exists(FUSE_DEVICE):
+        raise MountError(f"FUSE is not available: {FUSE_DEVICE} is missing (load the kernel module: modprobe fuse; "
                          f"{INSTALL_HINT})")
-    if not os.access("/dev/fuse", os.R_OK | os.W_OK) and os.geteuid() != 0:
-        raise MountError("FUSE is not available: no permission to open /dev/fuse")
+    if os.geteuid() != 0 and not os.access(FUSE_DEVICE, os.R_OK | os.W_OK):
+        raise MountError(f"FUSE is not available: {device_access_problem(FUSE_DEVICE, os.stat(FUSE_DEVICE))}")
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:
         raise MountError(f"FUSE is not available: fusermount3 is missing; {INSTALL_HINT}")
     importlib.import_module("ckptfs.fuse_ops")  # loads libfuse3, or says how to install it
+
+
+def device_access_problem(device: str, st: os.stat_result) -> str:
+    """Why this user cannot open the FUSE device, and what would let it."""
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    mode = stat.filemode(st.st_mode)
+    needed = "ask root to make it mode 0666 (the default of Debian's udev rules)"
+    if st.st_mode & 0o060 == 0o060 and st.st_gid != 0:
+        needed = f"join group {group} (then log in again) or {needed}"
+    return f"no permission to open {device} (mode {mode}, group {group}): {needed}"
 
 
 def check_mountpoint(target: str) -> None:
@@ -230,7 +265,7 @@ def check_mountpoint(target: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise MountError(f"{target}: mount point is not a directory")
     if target in mount_points():
-        raise _dead_mount(target) if _is_dead(target) else MountError(f"{target}: already a mount point")
+        raise _dead_mount(target) if is_dead(target) else MountError(f"{target}: already a mount point")
     try:
         with os.scandir(target) as entries:
             if next(entries, None) is not None:
@@ -239,65 +274,6 @@ def check_mountpoint(target: str) -> None:
         raise MountError(f"{target}: cannot list the mount point: {exc.strerror}") from None
 
 
-def mount_points() -> dict[str, str]:
-    """Mount point → file system type, from /proc/self/mountinfo."""
-    points: dict[str, str] = {}
-    with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            fields = line.split(b" ")
-            fstype = fields[fields.index(b"-") + 1]
-            points[os.fsdecode(_unescape_mountinfo(fields[4]))] = os.fsdecode(fstype)
-    return points
-
-
-def _unescape_mountinfo(field: bytes) -> bytes:
-    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
-
-
-# -- unmounting -------------------------------------------------------------------------
-
-
-def unmount(mountpoint: str, lazy: bool = False) -> None:
-    """Unmounts a ckptfs mount, a dead one (its daemon killed) included; ``lazy`` detaches a busy one now."""
-    target = absolute_mountpoint(mountpoint)
-    fstype = mount_points().get(target)
-    if fstype is None:
-        raise MountError(f"{target}: not mounted")
-    if fstype != FSTYPE:
-        raise MountError(f"{target}: a {fstype} mount, not a ckptfs one")
-    error = _unmount(target, lazy=lazy)
-    if error is not None and _is_dead(target):
-        error = _unmount(target, lazy=True)
-    if error is not None:
-        hint = " (a file in it is open; ckptfs umount -l detaches it now)" if "busy" in error else ""
-        raise MountError(f"{target}: cannot unmount: {error}{hint}")
-
-
-def _is_dead(target: str) -> bool:
-    """True for a FUSE mount whose daemon is gone (statfs always reaches the daemon; stat may be cached)."""
-    try:
-        os.statvfs(target)
-    except OSError as exc:
-        return exc.errno in DEAD_MOUNT_ERRORS
-    return False
-
-
 def _dead_mount(target: str) -> MountError:
     return MountError(f"{target}: a dead mount is still there (its daemon is gone); "
                       f"clear it with: ckptfs umount {target}")
-
-
-def _unmount(target: str, lazy: bool) -> str | None:
-    """Runs fusermount3 (or umount as root); the tool's complaint, None on success."""
-    tool = shutil.which("fusermount3")
-    if tool is not None:
-        argv = [tool, "-uz" if lazy else "-u", target]
-    elif os.geteuid() == 0 and shutil.which("umount") is not None:
-        argv = ["umount", *(["-l"] if lazy else []), target]
-    else:
-        return f"fusermount3 is missing; {INSTALL_HINT}"
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode == 0:
-        return None
-    lines = result.stderr.strip().splitlines()
-    return lines[-1] if lines else f"{os.path.basename(argv[0])} exited with status {result.returncode}"

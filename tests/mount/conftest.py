@@ -13,6 +13,7 @@ import pytest
 
 from corpus import CorpusFile
 from mount.helpers import Mounter, require_fuse
+from mount.users import shared_directory
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,3 +38,9 @@ def corpus_mounts(corpus: dict[str, CorpusFile], tmp_path_factory: pytest.TempPa
         yield {name: mounts(entry.path) for name, entry in corpus.items()}
     finally:
         mounts.cleanup()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user can reach, for tests that act as another user."""
+    yield from shared_directory()

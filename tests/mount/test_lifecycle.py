@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import errno
+import grp
+import json
 import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import zipfile
 from pathlib import Path
@@ -16,7 +19,9 @@ import pytest
 import torch
 
 from corpus import save_zip
+from ckptfs.mount import device_access_problem
 from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
+from mount.users import as_user, nobody, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -188,6 +193,7 @@ def test_debug_logs_requests_and_listings_carry_attributes(source: Path, mounter
         daemon.wait()
     opcodes = re.findall(r"opcode: (\w+)", log)
     assert "READDIRPLUS" in opcodes and "GETATTR" in opcodes
+    assert "callback" not in log.lower()  # mfusepy's set-up: a line per callback it installs
     # Every entry came with its attributes: ls -lR looked nothing up and asked no attributes again.
     assert "LOOKUP" not in opcodes[opcodes.index("READDIRPLUS"):], opcodes
 
@@ -218,3 +224,51 @@ def test_a_bad_read_is_eio_and_the_daemon_lives_on(tmp_path: Path, mounter: Moun
     finally:
         daemon.kill()
         daemon.wait()
+
+
+def test_a_relative_source_is_recorded_absolute(tmp_path: Path, source: Path, mounter: Mounter) -> None:
+    mnt = mounter.directory()
+    result = subprocess.run([*CLI, "mount", source.name, os.path.relpath(mnt, tmp_path)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, "")
+    listed = subprocess.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", "--mountpoint", str(mnt)], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert listed == [str(source), "fuse.ckptfs"]
+    assert json.loads((mnt / ".ckptfs" / "index.json").read_text())["source"] == str(source)
+
+
+def test_dev_fuse_without_permission_says_what_would_give_it() -> None:
+    group = next(g for g in grp.getgrall() if g.gr_gid != 0)
+    device = os.stat_result((stat.S_IFCHR | 0o660, 0, 0, 1, 0, group.gr_gid, 0, 0, 0, 0))
+    assert device_access_problem("/dev/fuse", device) == (
+        f"no permission to open /dev/fuse (mode crw-rw----, group {group.gr_name}): join group {group.gr_name} "
+        f"(then log in again) or ask root to make it mode 0666 (the default of Debian's udev rules)")
+    root_only_device = os.stat_result((stat.S_IFCHR | 0o600, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+    assert device_access_problem("/dev/fuse", root_only_device) == (
+        "no permission to open /dev/fuse (mode crw-------, group root): "
+        "ask root to make it mode 0666 (the default of Debian's udev rules)")
+
+
+NO_FUSE_ACCESS = """
+set -e
+dir=$1 group=$2
+shift 2
+mknod -m 660 "$dir/fuse" c 10 229
+chgrp "$group" "$dir/fuse"
+mount --bind "$dir/fuse" /dev/fuse
+exec "$@" "$dir/model.pt" "$dir/mnt"
+"""
+
+
+@root_only
+def test_dev_fuse_without_permission_for_a_plain_user(shared_dir: Path) -> None:
+    save_zip({"w": torch.ones(2)}, shared_dir / "model.pt")
+    (shared_dir / "mnt").mkdir()
+    group = next(g for g in grp.getgrall() if g.gr_gid != 0 and g.gr_gid != nobody().pw_gid)
+    # In a mount namespace of its own, /dev/fuse is replaced by a node of mode 0660 owned by group `group`.
+    mount_as_nobody = as_user(nobody(), *CLI, "mount")
+    result = subprocess.run(["unshare", "--mount", "sh", "-c", NO_FUSE_ACCESS, "sh", str(shared_dir), group.gr_name,
+                             *mount_as_nobody], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, rf"^ckptfs: FUSE is not available: no permission to open /dev/fuse \(mode "
+                                  rf"crw-rw----, group {group.gr_name}\): join group {group.gr_name} ")
+    assert not mounted_under(shared_dir)

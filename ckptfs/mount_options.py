@@ -1,0 +1,124 @@
+"""Mount options: ``ckptfs mount``'s flags and its ``-o`` lists, spelled as sshfs, fstab lines and mount(8) spell them.
+
+``-o`` takes libfuse's own options (``allow_other``, ``allow_root``,
+``auto_unmount``, ``fsname=``), the owner and modes of every file (``uid=``,
+``gid=``, ``umask=``, applied by ckptfs), the kernel's mount flags
+(``noexec``, ``noatime`` …, passed on), and the options mount(8) and systemd
+keep for themselves (``defaults``, ``noauto``, ``nofail``, ``x-systemd.*`` …),
+which say when and by whom to mount and are ignored here. libfuse 3 refuses any
+option it does not know, so every option is checked here first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import grp
+import pwd
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ckptfs.errors import MountError
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    foreground: bool = False
+    debug: bool = False
+    """libfuse logs every request (on stderr with ``-f``, else in the log file)."""
+    allow_other: bool = False
+    allow_root: bool = False
+    auto_unmount: bool = False
+    multithreaded: bool = False
+    uid: int | None = None
+    """Owner of every entry; None: the source file's owner."""
+    gid: int | None = None
+    umask: int | None = None
+    """Mode bits taken from 0555 (directories) and 0444 (files); None: the source file's read bits."""
+    fsname: str | None = None
+    """The mount's source in the mount table; None: the checkpoint's absolute path."""
+    log_file: str | None = None
+    kernel_flags: tuple[str, ...] = ()
+    """Mount flags passed on to libfuse (``noexec``, ``noatime`` …)."""
+
+
+FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
+KERNEL_FLAGS = frozenset({
+    "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "nodiratime", "diratime",
+    "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime", "sync", "async", "dirsync",
+})
+MOUNT8_FLAGS = frozenset({"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
+                          "_netdev"})
+MOUNT8_PREFIXES = ("x-", "comment=", "user=")
+"""mount(8)'s and systemd's own options: when and by whom to mount; the mount itself has nothing to do with them."""
+def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool = False,
+                 sloppy: bool = False) -> MountOptions:
+    """``options`` changed by ``-o`` lists (``OPT[,OPT…]``); MountError naming the first option refused.
+
+    ``rw_as_ro``: take ``rw`` as ``ro`` (mount(8) passes ``rw`` to its helper
+    unless told ``ro``); ``sloppy``: ignore unknown options (mount -s).
+    """
+    changes: dict[str, Any] = {}
+    flags = list(options.kernel_flags)
+    for text in lists:
+        for option in filter(None, text.split(",")):
+            name, has_value, value = option.partition("=")
+            if not has_value and name in FUSE_FLAGS:
+                changes[name] = True
+            elif not has_value and name in KERNEL_FLAGS:
+                flags.append(name)
+            elif option in ("ro", "default_permissions") or option in MOUNT8_FLAGS or option.startswith(MOUNT8_PREFIXES):
+                pass  # ro and default_permissions: always so
+            elif option == "rw":
+                if not rw_as_ro:
+                    raise MountError("a ckptfs mount is read-only (ro is implied)", "-o rw")
+            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file"):
+                changes[name] = _value(name, value)
+            elif not sloppy:
+                raise MountError("unknown mount option (ckptfs mount --help lists them)", f"-o {option}")
+    return dataclasses.replace(options, kernel_flags=tuple(dict.fromkeys(flags)), **changes)
+
+
+def _value(name: str, text: str) -> int | str:
+    where = f"-o {name}={text}"
+    if name == "uid":
+        return user_id(text, where)
+    if name == "gid":
+        return group_id(text, where)
+    if name == "umask":
+        try:
+            umask = int(text, 8)
+        except ValueError:
+            umask = -1
+        if not 0 <= umask <= 0o777:
+            raise MountError("expected an octal mode from 000 to 777", where)
+        return umask
+    if not text:
+        raise MountError("expected a value", where)
+    return text
+
+
+def user_id(text: str, where: str) -> int:
+    """A user's id from a number or a name (MountError naming ``where`` when there is no such user)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise MountError("no such user", where) from None
+
+
+def group_id(text: str, where: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise MountError("no such group", where) from None
+
+
+def libfuse_flags(options: MountOptions) -> list[str]:
+    """The ``-o`` flags libfuse gets (besides those ``fuse_ops.serve`` always sets; auto_unmount is ckptfs's own)."""
+    flags = [name for name in ("allow_other", "allow_root") if getattr(options, name)]
+    if options.allow_root and options.allow_other:
+        flags.remove("allow_root")  # libfuse refuses both at once; allow_other already lets root in
+    return flags + list(options.kernel_flags)

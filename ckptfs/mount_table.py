@@ -1,0 +1,68 @@
+"""The mount table (/proc/self/mountinfo) as ckptfs needs it: which mounts are ckptfs's, whose, and which are dead."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+
+FSTYPE = "fuse.ckptfs"
+DEAD_MOUNT_ERRORS = (errno.ENOTCONN, errno.ECONNABORTED)
+"""What a FUSE mount whose daemon died answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class MountEntry:
+    point: str
+    fstype: str
+    source: str
+    """The mount's source (for ckptfs: the checkpoint's absolute path, unless ``-o fsname=`` named it otherwise)."""
+    owner: int | None
+    """The user who mounted it (a FUSE mount's ``user_id``); None for other file systems."""
+
+
+def mount_table() -> list[MountEntry]:
+    entries = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            fields = line.rstrip(b"\n").split(b" ")
+            dash = fields.index(b"-")
+            fstype, source, options = fields[dash + 1 : dash + 4]
+            owner = re.search(rb"(?:^|,)user_id=(\d+)", options)
+            entries.append(MountEntry(_field(fields[4]), os.fsdecode(fstype), _field(source),
+                                      int(owner.group(1)) if owner else None))
+    return entries
+
+
+def _field(field: bytes) -> str:
+    """A mountinfo field without its octal escapes (space, tab, newline, backslash)."""
+    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field))
+
+
+def mount_points() -> dict[str, str]:
+    """Mount point → file system type (the last mount wins where mounts are stacked)."""
+    return {entry.point: entry.fstype for entry in mount_table()}
+
+
+def ckptfs_mounts() -> list[MountEntry]:
+    return [entry for entry in mount_table() if entry.fstype == FSTYPE]
+
+
+def find_mount(point: str) -> MountEntry | None:
+    """The mount at ``point`` (the top one where mounts are stacked)."""
+    return next((entry for entry in reversed(mount_table()) if entry.point == point), None)
+
+
+def absolute_mountpoint(path: str) -> str:
+    """The absolute path with every symlink resolved (a dead mount, answering nothing, stays as it is)."""
+    return os.path.realpath(path)
+
+
+def is_dead(target: str) -> bool:
+    """True for a FUSE mount whose daemon is gone (statfs always reaches the daemon; stat may be cached)."""
+    try:
+        os.statvfs(target)
+    except OSError as exc:
+        return exc.errno in DEAD_MOUNT_ERRORS
+    return False

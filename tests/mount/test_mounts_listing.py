@@ -1,0 +1,62 @@
+"""``ckptfs mounts``: every ckptfs mount, one per line, the same ones findmnt lists."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from corpus import save_zip
+from mount.helpers import Mounter, run_cli
+
+pytestmark = pytest.mark.mount
+
+
+def findmnt_ckptfs() -> list[tuple[str, str]]:
+    result = subprocess.run(["findmnt", "--json", "-t", "fuse.ckptfs", "-o", "TARGET,SOURCE"], capture_output=True,
+                            text=True)
+    if result.returncode == 1 and not result.stdout:  # findmnt: nothing found
+        return []
+    return [(entry["target"], entry["source"]) for entry in json.loads(result.stdout)["filesystems"]]
+
+
+def test_mounts_lists_what_findmnt_lists(tmp_path: Path, mounter: Mounter) -> None:
+    plain = save_zip({"w": torch.ones(2)}, tmp_path / "model.pt")
+    spaced = save_zip({"w": torch.ones(2)}, tmp_path / "my model\\v2.pt")
+    odd = mounter.base / "with space\tand tab"
+    odd.mkdir(parents=True)
+    mounter.made.append(odd)
+    assert run_cli("mount", spaced, odd).returncode == 0
+    first, named = mounter(plain), mounter(plain, "-o", "fsname=named")
+    ours = {(str(first), str(plain)), (str(odd), str(spaced)), (str(named), "named")}
+    base = f"{mounter.base}/"
+
+    as_json = run_cli("mounts", "--json")
+    assert (as_json.returncode, as_json.stderr) == (0, "")
+    listed = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert all(set(entry) == {"mountpoint", "source", "uid"} for entry in listed)
+    assert ours <= {(entry["mountpoint"], entry["source"]) for entry in listed}
+    assert {entry["uid"] for entry in listed if (entry["mountpoint"], entry["source"]) in ours} == {os.getuid()}
+    # Other processes may mount and unmount meanwhile: compare below our directory only.
+    mine = {(entry["mountpoint"], entry["source"]) for entry in listed if entry["mountpoint"].startswith(base)}
+    assert mine == {(target, source) for target, source in findmnt_ckptfs() if target.startswith(base)} == ours
+
+    as_text = run_cli("mounts")
+    assert (as_text.returncode, as_text.stderr) == (0, "")
+    lines = as_text.stdout.splitlines()
+    assert f"{first} {plain}" in lines and f"{named} named" in lines
+    escaped_dir = str(odd).replace(" ", "\\040").replace("\t", "\\011")
+    assert f"{escaped_dir} {tmp_path}/my\\040model\\134v2.pt" in lines
+    assert len([line for line in lines if line.startswith(base)]) == 3
+
+
+def test_mounts_drops_what_is_unmounted(tmp_path: Path, mounter: Mounter) -> None:
+    source = save_zip({"w": torch.ones(2)}, tmp_path / "model.pt")
+    mnt = mounter(source)
+    assert f"{mnt} {source}" in run_cli("mounts").stdout.splitlines()
+    assert run_cli("umount", mnt).returncode == 0
+    assert str(mnt) not in run_cli("mounts").stdout
