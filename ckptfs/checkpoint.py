@@ -12,7 +12,7 @@ from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
 from ckptfs.pathtext import key_size
 from ckptfs.reading import StorageReader, read_tensor
-from ckptfs.sources import ByteSource, LocalFileSource
+from ckptfs.sources import ByteSource, open_source
 from ckptfs.trails import TrailCache
 from ckptfs.tree import child_at, walk
 
@@ -100,7 +100,7 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits()) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read."""
-    source = path if hasattr(path, "read") and hasattr(path, "size") else LocalFileSource(path)  # type: ignore[arg-type]
+    source = path if hasattr(path, "read") and hasattr(path, "size") else open_source(path)  # type: ignore[arg-type]
     try:
         return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
     except CkptfsError as exc:

@@ -31,6 +31,7 @@ from ckptfs.describe import source_ranges
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.layout import Dir, Kind, Layout, Node
 from ckptfs.model import Tensor
+from ckptfs.sources import SourceStat
 
 mfusepy = libfuse.load_mfusepy()
 
@@ -97,10 +98,10 @@ class CheckpointFS:
         self._listings: dict[int, _Listing] = {}
         self._listed = 0
         self._handles = itertools.count(1)
-        source = os.fstat(self._fd) if self._fd is not None else None
+        source = checkpoint.source.stat()
         self._source_size = checkpoint.source.size
         self._template = self._stat_template(source)
-        readable = (source.st_mode if source else 0o444) & 0o444
+        readable = (source.mode if source else 0o444) & 0o444
         link_mode, dir_mode = stat.S_IFLNK | 0o777, stat.S_IFDIR | readable | readable >> 2
         self._modes = {kind: dir_mode if kind is Kind.DIR else
                        link_mode if kind is Kind.LINK or kind is Kind.META_LINK else stat.S_IFREG | readable
@@ -108,17 +109,17 @@ class CheckpointFS:
         """``st_mode`` by kind of entry."""
 
     @staticmethod
-    def _stat_template(source: os.stat_result | None) -> bytes:
+    def _stat_template(source: SourceStat | None) -> bytes:
         """What every entry shares: one link, owner and times of the source file, block size."""
         st = _STAT()
         st.st_nlink = 1
-        st.st_uid = source.st_uid if source else os.getuid()
-        st.st_gid = source.st_gid if source else os.getgid()
+        st.st_uid = source.uid if source else os.getuid()
+        st.st_gid = source.gid if source else os.getgid()
         st.st_blksize = BLOCK_SIZE
         if source:
-            st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.st_atime_ns, 10**9)
-            st.st_mtimespec.tv_sec, st.st_mtimespec.tv_nsec = divmod(source.st_mtime_ns, 10**9)
-            st.st_ctimespec.tv_sec, st.st_ctimespec.tv_nsec = divmod(source.st_ctime_ns, 10**9)
+            st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.atime_ns, 10**9)
+            st.st_mtimespec.tv_sec, st.st_mtimespec.tv_nsec = divmod(source.mtime_ns, 10**9)
+            st.st_ctimespec.tv_sec, st.st_ctimespec.tv_nsec = divmod(source.ctime_ns, 10**9)
         return bytes(st)
 
     # -- attributes and listings (raw C arguments, see CheckpointFUSE) ------------
