@@ -11,7 +11,9 @@ from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model import Key, Storage, Tensor
 from ckptfs.pathtext import key_size
-from ckptfs.reading import StorageReader, read_tensor
+from ckptfs.reading.extents import Extent, stored_extents
+from ckptfs.reading.storage import StorageReader
+from ckptfs.reading.tensor import read_tensor
 from ckptfs.sources import ByteSource, open_source
 from ckptfs.trails import TrailCache
 from ckptfs.tree import child_at, walk
@@ -73,6 +75,18 @@ class Checkpoint:
             return read_tensor(self._reader, tensor, offset, size)
         except CkptfsError as exc:
             raise exc.with_path(self.path) from None
+
+    def extents(self, tensor: Tensor) -> list[Extent] | None:
+        """The source ranges holding the tensor's logical bytes as they are (its storage's framing checked),
+        or None when its bytes must be gathered: see ``reading.extents``."""
+        extents = stored_extents(tensor)
+        if extents is not None:
+            assert tensor.storage is not None
+            try:
+                self._reader.verify(tensor.storage)
+            except CkptfsError as exc:
+                raise exc.with_path(self.path) from None
+        return extents
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         """A numpy array of the tensor (a copy), for dtypes numpy has."""

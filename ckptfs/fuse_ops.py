@@ -27,7 +27,6 @@ from typing import Any, Callable, NoReturn
 from ckptfs import libfuse
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
-from ckptfs.describe import source_ranges
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.layout import Dir, Kind, Layout, Node
 from ckptfs.model import Tensor
@@ -93,7 +92,6 @@ class CheckpointFS:
         self.layout = layout
         self._on_init = on_init
         self.initialized = False
-        self._fd = checkpoint.source.fileno()
         self._files: dict[int, OpenFile] = {}
         self._listings: dict[int, _Listing] = {}
         self._listed = 0
@@ -237,12 +235,10 @@ class CheckpointFS:
             return OpenFile(path, len(data), data=data)
         tensor: Tensor = node.value
         size = self._size(node)
-        ranges = source_ranges(tensor) if size else None
-        if ranges is None or self._fd is None:
+        extents = self.checkpoint.extents(tensor) if size else None
+        if extents is None or len(extents) != 1 or (fd := extents[0].source.fileno()) is None:
             return OpenFile(path, size, tensor=tensor)
-        # One byte through the reader checks the storage's framing (legacy headers) like every slow read does.
-        self.checkpoint.read(tensor, 0, 1)
-        return OpenFile(path, size, fd=self._fd, start=ranges[0][0])
+        return OpenFile(path, size, fd=fd, start=extents[0].offset)
 
     def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:
         """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one."""

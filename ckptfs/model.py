@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.dtypes import DType
+from ckptfs.sources import ByteSource
 from ckptfs.unpickle import Buildable
 
 Key = Any
@@ -50,6 +51,8 @@ class Storage:
     """For old legacy view storages: the root storage whose bytes this views."""
     base_offset: int = 0
     """Element offset into ``base`` (elements of the base's dtype)."""
+    source: ByteSource | None = None
+    """The source holding the bytes at ``offset``; None for bytes held in the pickle."""
 
     @property
     def nbytes(self) -> int:

@@ -272,7 +272,7 @@ def test_sidecar_families_know_every_field() -> None:
         "conj", "neg", "quantization", "type_name", "trail"]
     assert [f.name for f in dataclasses.fields(Storage)] == [
         "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed",
-        "inline_data", "base", "base_offset"]
+        "inline_data", "base", "base_offset", "source"]
 
 
 _awkward_keys = st.one_of(st.text(max_size=5), st.sampled_from(["", ".", "..", "a/b", "x.json", "7", ".h"]),

@@ -11,6 +11,7 @@ header is checked before its storage is first read.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs import rebuild
@@ -29,7 +30,8 @@ COUNT = struct.Struct("<q")
 
 
 class _LegacyStorages:
-    def __init__(self) -> None:
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
         self.storages: dict[str, Storage] = {}
         self.views: list[tuple[Storage, str, int]] = []
 
@@ -52,7 +54,8 @@ class _LegacyStorages:
         existing = self.storages.get(view_key)
         if existing is not None:
             return existing
-        storage = Storage(view_key, dtype, location, view_numel, f"legacy:{key}", base=root, base_offset=view_offset)
+        storage = Storage(view_key, dtype, location, view_numel, f"legacy:{key}", base=root, base_offset=view_offset,
+                          source=self.source)
         self.storages[view_key] = storage
         return storage
 
@@ -60,7 +63,7 @@ class _LegacyStorages:
         known = shared_storage(self.storages, key, dtype, numel)
         if known is not None:
             return known
-        storage = Storage(key, dtype, location, numel, f"legacy:{key}")
+        storage = Storage(key, dtype, location, numel, f"legacy:{key}", source=self.source)
         self.storages[key] = storage
         return storage
 
@@ -89,7 +92,7 @@ def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
     if protocol != PROTOCOL_VERSION:
         raise UnsupportedError(f"legacy protocol version {short_repr(protocol)} (expected {PROTOCOL_VERSION})")
     sys_info, pos = _next_pickle(head, pos, limits)
-    table = _LegacyStorages()
+    table = _LegacyStorages(source)
     unpickler = SafeUnpickler(head, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
     unpickler.pos = pos
     root = unpickler.load()
@@ -98,18 +101,24 @@ def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
         raise CorruptCheckpointError("legacy storage key list is not a list of strings")
     _place_storages(source, table, keys, pos)
 
-    def verify(storage: Storage) -> None:
+    little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
+    little = little if isinstance(little, bool) else None
+    details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
+    return LegacyParsed("legacy", root, list(table.storages.values()), "little", details, source=source)
+
+
+@dataclass
+class LegacyParsed(ParsedCheckpoint):
+    source: ByteSource = field(kw_only=True)
+
+    def verify(self, storage: Storage) -> None:
+        """Checks the element count header in front of the storage's bytes against the pickle's count."""
         root = storage.base or storage
-        (count,) = COUNT.unpack(source.read(root.offset - COUNT.size, COUNT.size))
+        (count,) = COUNT.unpack(self.source.read(root.offset - COUNT.size, COUNT.size))
         if count != root.numel:
             raise CorruptCheckpointError(
                 f"legacy storage {root.key!r} declares {root.numel} elements in the pickle but {count} in its header"
             )
-
-    little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
-    little = little if isinstance(little, bool) else None
-    details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
-    return ParsedCheckpoint("legacy", root, list(table.storages.values()), "little", details, verify=verify)
 
 
 def _next_pickle(head: bytes, pos: int, limits: Limits) -> tuple[Any, int]:
