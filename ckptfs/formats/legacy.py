@@ -33,7 +33,6 @@ class _LegacyStorages:
     def __init__(self, source: ByteSource) -> None:
         self.source = source
         self.storages: dict[str, Storage] = {}
-        self.views: list[tuple[Storage, str, int]] = []
 
     def persistent_load(self, pid: Any) -> Any:
         if isinstance(pid, tuple) and pid and pid[0] == "module":
