@@ -27,7 +27,8 @@ from typing import Any, Callable, NoReturn
 from ckptfs import libfuse
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
-from ckptfs.errors import CkptfsError, MountError
+from ckptfs.errors import CkptfsError, MountError, SourceError
+from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, tensor_pieces
 from ckptfs.layout import Dir, Kind, Layout, Node
 from ckptfs.model import Tensor
 from ckptfs.sources import SourceStat
@@ -73,13 +74,11 @@ class _Listing:
 @dataclass(slots=True)
 class OpenFile:
     path: str
-    size: int
+    content: Content
     fd: int = -1
-    """With ``start``: the bytes are ``size`` bytes of this descriptor at ``start``."""
+    """Where the whole file is one stored extent: its bytes are ``content.size`` bytes of this descriptor
+    at ``start`` (answered without looking at the pieces)."""
     start: int = 0
-    data: bytes | bytearray | None = None
-    tensor: Tensor | None = None
-    """Read through ``Checkpoint.read`` (gathered, swapped or inflated)."""
 
 
 class CheckpointFS:
@@ -231,44 +230,50 @@ class CheckpointFS:
 
     def _open(self, path: str, node: Node) -> OpenFile:
         if node.kind is not Kind.TENSOR:
-            data = self.layout.content(node)
-            return OpenFile(path, len(data), data=data)
+            return OpenFile(path, Content([Literal(self.layout.content(node))]))
         tensor: Tensor = node.value
         size = self._size(node)
         extents = self.checkpoint.extents(tensor) if size else None
-        if extents is None or len(extents) != 1 or (fd := extents[0].source.fileno()) is None:
-            return OpenFile(path, size, tensor=tensor)
-        return OpenFile(path, size, fd=fd, start=extents[0].offset)
+        content = Content(tensor_pieces(tensor, extents), size)
+        if extents is not None and len(extents) == 1 and (fd := extents[0].source.fileno()) is not None:
+            return OpenFile(path, content, fd=fd, start=extents[0].offset)
+        return OpenFile(path, content)
 
     def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:
         """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one."""
         opened = self._files.get(handle)
         if opened is None:
             return -errno.EBADF
-        count = min(size, opened.size - offset)
-        if count <= 0:
-            address = libfuse.memory_bufvec(b"")
-        elif opened.fd >= 0:
-            # libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
-            # lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
-            available = os.lseek(opened.fd, 0, os.SEEK_END)
-            if available < opened.start + offset + count:
-                log.error("%s: read of %d bytes at offset %d: the source was truncated to %d bytes",
-                          opened.path, count, offset, available)
-                return -errno.EIO
-            address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
-        elif opened.data is not None:
-            address = libfuse.memory_bufvec(opened.data[offset : offset + count])
-        else:
-            assert opened.tensor is not None
-            try:
-                data = self.checkpoint.read(opened.tensor, offset, count)
-            except Exception as exc:
-                log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
-                return -errno.EIO
-            address = libfuse.memory_bufvec(data)
+        count = min(size, opened.content.size - offset)
+        try:
+            if count <= 0:
+                address = libfuse.memory_bufvec(b"")
+            elif opened.fd >= 0:
+                _check_not_truncated(opened.fd, opened.start + offset, count)
+                address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
+            else:
+                address = libfuse.bufvec(self._buffers(opened.content.cover(offset, count)))
+        except Exception as exc:  # one bad read is one EIO and a log line: the daemon serves on
+            log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
+            return -errno.EIO
         _VOIDP.from_address(bufpp).value = address
         return 0
+
+    def _buffers(self, parts: list[Part]) -> list[libfuse.FdRange | bytes]:
+        """What libfuse sends for these parts: file-descriptor ranges for stored extents, bytes for the rest."""
+        buffers: list[libfuse.FdRange | bytes] = []
+        for part in parts:
+            piece = part.piece
+            if isinstance(piece, SourceBytes) and (fd := piece.extent.source.fileno()) is not None:
+                _check_not_truncated(fd, piece.extent.offset + part.start, part.length)
+                buffers.append((fd, piece.extent.offset + part.start, part.length))
+            elif isinstance(piece, SourceBytes):
+                buffers.append(piece.extent.source.read(piece.extent.offset + part.start, part.length))
+            elif isinstance(piece, TensorBytes):
+                buffers.append(self.checkpoint.read(piece.tensor, piece.offset + part.start, part.length))
+            else:
+                buffers.append(bytes(piece.data[part.start : part.start + part.length]))
+        return buffers
 
     def release(self, path: str, handle: int) -> int:
         self._files.pop(handle, None)
@@ -297,6 +302,16 @@ class CheckpointFS:
 
     write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
     chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
+
+
+def _check_not_truncated(fd: int, pos: int, count: int) -> None:
+    """libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
+
+    lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
+    """
+    available = os.lseek(fd, 0, os.SEEK_END)
+    if available < pos + count:
+        raise SourceError(f"the source was truncated to {available} bytes")
 
 
 _COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}
