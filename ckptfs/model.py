@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.dtypes import DType
+from ckptfs.pickle.values import Buildable
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import Buildable
 
 Key = Any
 """A path element: str for dict keys and attributes, int for int keys and indices."""

@@ -24,7 +24,7 @@ from ckptfs.model import (
     Storage,
     Tensor,
 )
-from ckptfs.unpickle import Global, Handler, PickledObject, hashable_key, short_repr
+from ckptfs.pickle.values import Global, Handler, PickledObject, hashable_key, short_repr
 
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62

@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
+from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from index_files import files_by_id
 
 import ckptfs
 from ckptfs.describe import encode_key, encode_leaf, tensor_metadata
@@ -31,11 +34,8 @@ from ckptfs.layout import (
     value_bytes,
 )
 from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
+from ckptfs.pickle.values import PickledObject
 from ckptfs.sidecar import SidecarMaker
-from ckptfs.unpickle import PickledObject
-from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
-from index_files import files_by_id
-from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
 
 _keys = st.one_of(
     st.text(), st.integers(), st.binary(max_size=8), st.booleans(), st.none(),

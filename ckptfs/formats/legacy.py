@@ -20,8 +20,9 @@ from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, Truncated
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
+from ckptfs.pickle.unpickler import load_at
+from ckptfs.pickle.values import PickledObject, short_repr
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import PickledObject, SafeUnpickler, short_repr
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -84,18 +85,16 @@ def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
-    magic, pos = _next_pickle(head, 0, limits)
+    magic, pos = load_at(head, 0, limits=limits)
     if magic != MAGIC_NUMBER:
         raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
-    protocol, pos = _next_pickle(head, pos, limits)
+    protocol, pos = load_at(head, pos, limits=limits)
     if protocol != PROTOCOL_VERSION:
         raise UnsupportedError(f"legacy protocol version {short_repr(protocol)} (expected {PROTOCOL_VERSION})")
-    sys_info, pos = _next_pickle(head, pos, limits)
+    sys_info, pos = load_at(head, pos, limits=limits)
     table = _LegacyStorages(source)
-    unpickler = SafeUnpickler(head, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
-    unpickler.pos = pos
-    root = unpickler.load()
-    keys, pos = _next_pickle(head, unpickler.pos, limits)
+    root, pos = load_at(head, pos, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
+    keys, pos = load_at(head, pos, limits=limits)
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise CorruptCheckpointError("legacy storage key list is not a list of strings")
     _place_storages(source, table, keys, pos)
@@ -118,13 +117,6 @@ class LegacyParsed(ParsedCheckpoint):
             raise CorruptCheckpointError(
                 f"legacy storage {root.key!r} declares {root.numel} elements in the pickle but {count} in its header"
             )
-
-
-def _next_pickle(head: bytes, pos: int, limits: Limits) -> tuple[Any, int]:
-    unpickler = SafeUnpickler(head, limits=limits)
-    unpickler.pos = pos
-    value = unpickler.load()
-    return value, unpickler.pos
 
 
 def _place_storages(source: ByteSource, table: _LegacyStorages, keys: list[str], pos: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from ckptfs.dtypes import DType
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model import Storage
-from ckptfs.unpickle import Global, short_repr
+from ckptfs.pickle.values import Global, short_repr
 
 
 @dataclass

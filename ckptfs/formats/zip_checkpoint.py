@@ -13,8 +13,9 @@ from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import Storage
+from ckptfs.pickle.unpickler import SafeUnpickler
+from ckptfs.pickle.values import PickledObject
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import PickledObject, SafeUnpickler
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
