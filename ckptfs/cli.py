@@ -14,7 +14,7 @@ from ckptfs.errors import CkptfsError
 from ckptfs.info import description_text, summary
 from ckptfs.limits import Limits
 from ckptfs.mount import MountOptions, mount, unmount
-from ckptfs.trails import key_lists
+from ckptfs.model.trails import key_lists
 
 
 def human_size(nbytes: int) -> str:

@@ -18,11 +18,12 @@ from typing import Any, Callable, TypeVar
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import dumps, scalar_text
-from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail
+from ckptfs.model.records import NestedTensor, SparseTensor, Tensor, Trail
+from ckptfs.model.trails import key_lists
+from ckptfs.model.tree import children, is_container
+from ckptfs.model.values import NumpyArray
 from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
 from ckptfs.reading.extents import source_ranges
-from ckptfs.trails import key_lists
-from ckptfs.tree import children, is_container
 
 JSON_SAFE_INT = 1 << 53
 RECURSION_LIMIT = 20_000

@@ -30,7 +30,7 @@ from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError, SourceError
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, tensor_pieces
 from ckptfs.layout import Dir, Kind, Layout, Node
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.sources import SourceStat
 
 mfusepy = libfuse.load_mfusepy()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 from ckptfs.describe import tensor_metadata
 from ckptfs.jsontext import dumps, quote
 from ckptfs.limits import Limits
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.pathtext import PathTexts
 from ckptfs.reading.extents import source_ranges
 

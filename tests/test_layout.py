@@ -33,7 +33,7 @@ from ckptfs.layout import (
     key_of_name,
     value_bytes,
 )
-from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
+from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.pickle.values import PickledObject
 from ckptfs.sidecar import SidecarMaker
 

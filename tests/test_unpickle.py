@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs import rebuild
+from ckptfs.model import rebuild
 from ckptfs.errors import TruncatedPickleError, UnpicklingError
 from ckptfs.pickle.unpickler import load_at
 from ckptfs.pickle.values import Global, PickledObject

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.dtypes import DType
+from ckptfs.model.dtypes import DType
 from ckptfs.errors import CorruptCheckpointError
-from ckptfs.model import Storage
+from ckptfs.model.records import Storage
 from ckptfs.pickle.values import Global, short_repr
 
 

@@ -12,7 +12,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Union
 
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
 
 

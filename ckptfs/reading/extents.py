@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.sources import ByteSource
 
 

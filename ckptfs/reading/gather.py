@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 
 from ckptfs.errors import UnsupportedError
-from ckptfs.model import Storage, Tensor
+from ckptfs.model.records import Storage, Tensor
 
 ReadStorage = Callable[[Storage, int, int], bytes]
 """``read(storage, offset, length)``: bytes of a storage (``StorageReader.read``)."""

@@ -6,7 +6,7 @@ import threading
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.formats.parsed import ParsedCheckpoint
-from ckptfs.model import Storage
+from ckptfs.model.records import Storage
 from ckptfs.sources import ByteSource
 
 

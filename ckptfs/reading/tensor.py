@@ -9,7 +9,7 @@ opening and mounting do not pay for numpy.
 from __future__ import annotations
 
 from ckptfs.errors import UnsupportedError
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import needs_gather
 from ckptfs.reading.storage import StorageReader
 

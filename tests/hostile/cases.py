@@ -30,7 +30,7 @@ from ckptfs.errors import (
     UnsupportedError,
 )
 from ckptfs.pickle.values import PickledObject
-from ckptfs.tree import walk
+from ckptfs.model.tree import walk
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (

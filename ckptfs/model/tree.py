@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.limits import Limits
-from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
+from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
 from ckptfs.pickle.values import PickledObject
 
 STATE_KEY = "__state__"
