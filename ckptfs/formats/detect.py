@@ -1,31 +1,51 @@
-"""Recognises a checkpoint's format by its content, never by its file name."""
+"""Recognises a checkpoint's format by its content, never by its file name, from one table of probes.
+
+A new format is a module with an ``open(source, limits) -> ParsedCheckpoint``
+and a row in ``FORMATS``: its name and a probe of the source's first bytes.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from ckptfs.errors import NotACheckpointError, UnsupportedError
-from ckptfs.formats.legacy import open_legacy
+from ckptfs.formats import legacy, zip_checkpoint
 from ckptfs.formats.parsed import ParsedCheckpoint
-from ckptfs.formats.zip_checkpoint import open_zip
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
 SNIFF_BYTES = 512
 
 
+@dataclass(frozen=True, slots=True)
+class Format:
+    name: str
+    probe: Callable[[bytes], bool]
+    """True when the first ``SNIFF_BYTES`` of the source (fewer if it is shorter) are this format's."""
+    open: Callable[[ByteSource, Limits], ParsedCheckpoint]
+
+
+FORMATS = (
+    Format("zip", zip_checkpoint.probe, zip_checkpoint.open_zip),
+    Format("legacy", legacy.probe, legacy.open_legacy),
+)
+"""Tried in order; zip covers torch.save archives and TorchScript."""
+
+
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     head = source.read(0, min(source.size, SNIFF_BYTES))
     if not head:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
-    if head.startswith(b"PK\x03\x04"):
-        return open_zip(source, limits)
-    if head.startswith(b"PK\x05\x06"):
-        raise NotACheckpointError("an empty zip archive, not a PyTorch checkpoint")
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return open_legacy(source, limits)
+    for candidate in FORMATS:
+        if candidate.probe(head):
+            return candidate.open(source, limits)
     raise _not_a_checkpoint(head)
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
+    if head.startswith(b"PK\x05\x06"):
+        return NotACheckpointError("an empty zip archive, not a PyTorch checkpoint")
     if head.startswith(b"PYTORCH1"):
         return UnsupportedError("a pre-1.0 preview checkpoint (PYTORCH1), which torch itself refuses")
     if len(head) > 262 and head[257:262] == b"ustar":

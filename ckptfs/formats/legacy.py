@@ -68,6 +68,11 @@ class _LegacyStorages:
         return storage
 
 
+def probe(head: bytes) -> bool:
+    """A pickle of protocol 2–5 (the magic number pickle; it is checked on opening)."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
 def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     window = min(source.size, FIRST_WINDOW)
     while True:

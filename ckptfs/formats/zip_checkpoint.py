@@ -58,6 +58,11 @@ class _StorageTable:
         return storage
 
 
+def probe(head: bytes) -> bool:
+    """A zip archive's first local header (its prefix and records are checked on opening)."""
+    return head.startswith(b"PK\x03\x04")
+
+
 def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     archive = ZipArchive(source, limits)
     if archive.entry("archive_format") is not None:
