@@ -14,11 +14,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.model import rebuild
-from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, TruncatedPickleError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
+from ckptfs.model import rebuild
+from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.model.records import Storage
 from ckptfs.pickle.unpickler import load_at
 from ckptfs.pickle.values import PickledObject, short_repr

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.model.dtypes import DType
 from ckptfs.errors import CorruptCheckpointError
+from ckptfs.model.dtypes import DType
 from ckptfs.model.records import Storage
 from ckptfs.pickle.values import Global, short_repr
 

@@ -13,8 +13,8 @@ from typing import Any
 from ckptfs.formats.zip_archive import ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
-from ckptfs.pickle.values import Global, PickledObject
 from ckptfs.model.tree import walk
+from ckptfs.pickle.values import Global, PickledObject
 
 _CLASS = re.compile(r"class (\w+)\(")
 _PARAMETERS = re.compile(r"\s+__parameters__ = \[(.*)\]\s*$")

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.model import rebuild
-from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
+from ckptfs.model import rebuild
+from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.model.records import Storage
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import PickledObject
