@@ -9,12 +9,14 @@ from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import directory_error, open_parsed
 from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
-from ckptfs.model import Key, Storage, Tensor
+from ckptfs.model.records import Key, Storage, Tensor
 from ckptfs.pathtext import key_size
-from ckptfs.reading import StorageReader, read_tensor
-from ckptfs.sources import ByteSource, LocalFileSource
-from ckptfs.trails import TrailCache
-from ckptfs.tree import child_at, walk
+from ckptfs.reading.extents import Extent, stored_extents
+from ckptfs.reading.storage import StorageReader
+from ckptfs.reading.tensor import read_tensor
+from ckptfs.sources import ByteSource, open_source
+from ckptfs.model.trails import TrailCache
+from ckptfs.model.tree import child_at, walk
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,6 +76,18 @@ class Checkpoint:
         except CkptfsError as exc:
             raise exc.with_path(self.path) from None
 
+    def extents(self, tensor: Tensor) -> list[Extent] | None:
+        """The source ranges holding the tensor's logical bytes as they are (its storage's framing checked),
+        or None when its bytes must be gathered: see ``reading.extents``."""
+        extents = stored_extents(tensor)
+        if extents is not None:
+            assert tensor.storage is not None
+            try:
+                self._reader.verify(tensor.storage)
+            except CkptfsError as exc:
+                raise exc.with_path(self.path) from None
+        return extents
+
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         """A numpy array of the tensor (a copy), for dtypes numpy has."""
         if tensor.numpy_dtype is None:
@@ -105,7 +119,7 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     elif os.path.isdir(path):
         raise directory_error(os.fspath(path))
     else:
-        source = LocalFileSource(path)
+        source = open_source(path)
     try:
         return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
     except CkptfsError as exc:

@@ -18,11 +18,12 @@ from typing import Any, Callable, TypeVar
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import dumps, scalar_text
-from ckptfs.model import NestedTensor, NumpyArray, SparseTensor, Tensor, Trail
-from ckptfs.reading import needs_gather
-from ckptfs.trails import key_lists
-from ckptfs.tree import children, is_container
-from ckptfs.unpickle import Global, PickledObject, UnhashableKey, short_repr
+from ckptfs.model.records import NestedTensor, SparseTensor, Tensor, Trail
+from ckptfs.model.trails import key_lists
+from ckptfs.model.tree import children, is_container
+from ckptfs.model.values import NumpyArray
+from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
+from ckptfs.reading.extents import source_ranges
 
 JSON_SAFE_INT = 1 << 53
 RECURSION_LIMIT = 20_000
@@ -84,16 +85,6 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
         }
         meta["source_ranges"] = source_ranges(tensor)
     return meta
-
-
-def source_ranges(tensor: Tensor) -> list[list[int]] | None:
-    """``[[start, end]]`` in the source file when the tensor's bytes are one stored range, else None."""
-    storage = tensor.storage
-    if (storage is None or not tensor.has_data or storage.compressed or storage.inline_data is not None
-            or needs_gather(tensor) or tensor.storage_offset % tensor.dtype.packing):
-        return None
-    start = storage.offset + tensor.storage_offset // tensor.dtype.packing * tensor.itemsize
-    return [[start, start + tensor.nbytes]]
 
 
 def _tensor_ref(tensor: Tensor | None) -> dict[str, Any] | None:

@@ -27,10 +27,11 @@ from typing import Any, Callable, NoReturn
 from ckptfs import libfuse
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
-from ckptfs.describe import source_ranges
-from ckptfs.errors import CkptfsError, MountError
+from ckptfs.errors import CkptfsError, MountError, SourceError
+from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, tensor_pieces
 from ckptfs.layout import Dir, Kind, Layout, Node
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
+from ckptfs.sources import SourceStat
 
 mfusepy = libfuse.load_mfusepy()
 
@@ -73,13 +74,11 @@ class _Listing:
 @dataclass(slots=True)
 class OpenFile:
     path: str
-    size: int
+    content: Content
     fd: int = -1
-    """With ``start``: the bytes are ``size`` bytes of this descriptor at ``start``."""
+    """Where the whole file is one stored extent: its bytes are ``content.size`` bytes of this descriptor
+    at ``start`` (answered without looking at the pieces)."""
     start: int = 0
-    data: bytes | bytearray | None = None
-    tensor: Tensor | None = None
-    """Read through ``Checkpoint.read`` (gathered, swapped or inflated)."""
 
 
 class CheckpointFS:
@@ -96,15 +95,14 @@ class CheckpointFS:
         self.layout = layout
         self._on_init = on_init
         self.initialized = False
-        self._fd = checkpoint.source.fileno()
         self._files: dict[int, OpenFile] = {}
         self._listings: dict[int, _Listing] = {}
         self._listed = 0
         self._handles = itertools.count(1)
-        source = os.fstat(self._fd) if self._fd is not None else None
+        source = checkpoint.source.stat()
         self._source_size = checkpoint.source.size
         self._template = self._stat_template(source, uid, gid)
-        readable = (source.st_mode if source else 0o444) & 0o444
+        readable = (source.mode if source else 0o444) & 0o444
         searchable = readable >> 2
         if umask is not None:
             readable, searchable = 0o444 & ~umask, 0o111 & ~umask
@@ -115,18 +113,18 @@ class CheckpointFS:
         """``st_mode`` by kind of entry."""
 
     @staticmethod
-    def _stat_template(source: os.stat_result | None, uid: int | None, gid: int | None) -> bytes:
+    def _stat_template(source: SourceStat | None, uid: int | None, gid: int | None) -> bytes:
         """What every entry shares: one link, owner (the source file's by default) and times of the source file,
         block size."""
         st = _STAT()
         st.st_nlink = 1
-        st.st_uid = uid if uid is not None else source.st_uid if source else os.getuid()
-        st.st_gid = gid if gid is not None else source.st_gid if source else os.getgid()
+        st.st_uid = uid if uid is not None else source.uid if source else os.getuid()
+        st.st_gid = gid if gid is not None else source.gid if source else os.getgid()
         st.st_blksize = BLOCK_SIZE
         if source:
-            st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.st_atime_ns, 10**9)
-            st.st_mtimespec.tv_sec, st.st_mtimespec.tv_nsec = divmod(source.st_mtime_ns, 10**9)
-            st.st_ctimespec.tv_sec, st.st_ctimespec.tv_nsec = divmod(source.st_ctime_ns, 10**9)
+            st.st_atimespec.tv_sec, st.st_atimespec.tv_nsec = divmod(source.atime_ns, 10**9)
+            st.st_mtimespec.tv_sec, st.st_mtimespec.tv_nsec = divmod(source.mtime_ns, 10**9)
+            st.st_ctimespec.tv_sec, st.st_ctimespec.tv_nsec = divmod(source.ctime_ns, 10**9)
         return bytes(st)
 
     # -- attributes and listings (raw C arguments, see CheckpointFUSE) ------------
@@ -240,46 +238,50 @@ class CheckpointFS:
 
     def _open(self, path: str, node: Node) -> OpenFile:
         if node.kind is not Kind.TENSOR:
-            data = self.layout.content(node)
-            return OpenFile(path, len(data), data=data)
+            return OpenFile(path, Content([Literal(self.layout.content(node))]))
         tensor: Tensor = node.value
         size = self._size(node)
-        ranges = source_ranges(tensor) if size else None
-        if ranges is None or self._fd is None:
-            return OpenFile(path, size, tensor=tensor)
-        # One byte through the reader checks the storage's framing (legacy headers) like every slow read does.
-        self.checkpoint.read(tensor, 0, 1)
-        return OpenFile(path, size, fd=self._fd, start=ranges[0][0])
+        extents = self.checkpoint.extents(tensor) if size else None
+        content = Content(tensor_pieces(tensor, extents), size)
+        if extents is not None and len(extents) == 1 and (fd := extents[0].source.fileno()) is not None:
+            return OpenFile(path, content, fd=fd, start=extents[0].offset)
+        return OpenFile(path, content)
 
     def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:
         """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one."""
         opened = self._files.get(handle)
         if opened is None:
             return -errno.EBADF
-        count = min(size, opened.size - offset)
-        if count <= 0:
-            address = libfuse.memory_bufvec(b"")
-        elif opened.fd >= 0:
-            # libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
-            # lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
-            available = os.lseek(opened.fd, 0, os.SEEK_END)
-            if available < opened.start + offset + count:
-                log.error("%s: read of %d bytes at offset %d: the source was truncated to %d bytes",
-                          opened.path, count, offset, available)
-                return -errno.EIO
-            address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
-        elif opened.data is not None:
-            address = libfuse.memory_bufvec(opened.data[offset : offset + count])
-        else:
-            assert opened.tensor is not None
-            try:
-                data = self.checkpoint.read(opened.tensor, offset, count)
-            except Exception as exc:
-                log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
-                return -errno.EIO
-            address = libfuse.memory_bufvec(data)
+        count = min(size, opened.content.size - offset)
+        try:
+            if count <= 0:
+                address = libfuse.memory_bufvec(b"")
+            elif opened.fd >= 0:
+                _check_not_truncated(opened.fd, opened.start + offset, count)
+                address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
+            else:
+                address = libfuse.bufvec(self._buffers(opened.content.cover(offset, count)))
+        except Exception as exc:  # one bad read is one EIO and a log line: the daemon serves on
+            log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
+            return -errno.EIO
         _VOIDP.from_address(bufpp).value = address
         return 0
+
+    def _buffers(self, parts: list[Part]) -> list[libfuse.FdRange | bytes]:
+        """What libfuse sends for these parts: file-descriptor ranges for stored extents, bytes for the rest."""
+        buffers: list[libfuse.FdRange | bytes] = []
+        for part in parts:
+            piece = part.piece
+            if isinstance(piece, SourceBytes) and (fd := piece.extent.source.fileno()) is not None:
+                _check_not_truncated(fd, piece.extent.offset + part.start, part.length)
+                buffers.append((fd, piece.extent.offset + part.start, part.length))
+            elif isinstance(piece, SourceBytes):
+                buffers.append(piece.extent.source.read(piece.extent.offset + part.start, part.length))
+            elif isinstance(piece, TensorBytes):
+                buffers.append(self.checkpoint.read(piece.tensor, piece.offset + part.start, part.length))
+            else:
+                buffers.append(bytes(piece.data[part.start : part.start + part.length]))
+        return buffers
 
     def release(self, path: str, handle: int) -> int:
         self._files.pop(handle, None)
@@ -308,6 +310,16 @@ class CheckpointFS:
 
     write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
     chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
+
+
+def _check_not_truncated(fd: int, pos: int, count: int) -> None:
+    """libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
+
+    lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
+    """
+    available = os.lseek(fd, 0, os.SEEK_END)
+    if available < pos + count:
+        raise SourceError(f"the source was truncated to {available} bytes")
 
 
 _COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}

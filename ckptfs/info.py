@@ -17,7 +17,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.describe import TextBudget, encode_tree, json_text
 from ckptfs.errors import CkptfsError, LimitExceededError
 from ckptfs.jsontext import dumps
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.pathtext import PathTexts
 from ckptfs.printable import printable
 from ckptfs.sidecar import SidecarMaker

@@ -81,11 +81,11 @@ from ckptfs.collector import gc_paused
 from ckptfs.describe import encode_key, encode_leaf
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import dumps, quote, scalar_text
-from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor
+from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.pathtext import PathTexts, key_text
+from ckptfs.pickle.values import PickledObject
 from ckptfs.sidecar import SidecarMaker
-from ckptfs.tree import children, is_container
-from ckptfs.unpickle import PickledObject
+from ckptfs.model.tree import children, is_container
 
 META_SUFFIX = ".json"
 RESERVED_SUFFIXES = (".json", ".npy", ".safetensors")

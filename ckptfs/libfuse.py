@@ -119,3 +119,33 @@ def memory_bufvec(data: bytes | bytearray) -> int:
     _memmove(memory, data, len(data))
     _memmove(address, _BUFVEC.pack(1, 0, 0, len(data), 0, memory, -1, 0), _BUFVEC.size)
     return address
+
+
+_BUFVEC_HEAD = struct.Struct("=QQQ")
+_BUF = struct.Struct("=Qi4xQi4xq")
+"""One ``fuse_buf``: size, flags, mem, fd, pos."""
+assert _BUFVEC_HEAD.size == FuseBufvec.buf.offset and _BUF.size == ctypes.sizeof(FuseBuf)
+
+FdRange = tuple[int, int, int]
+"""``(fd, pos, size)``: bytes libfuse reads from a file descriptor itself."""
+
+
+def bufvec(buffers: list[FdRange | bytes]) -> int:
+    """A malloc'ed bufvec of several buffers, in order: file-descriptor ranges and malloc'ed copies of bytes."""
+    address = _malloc(_BUFVEC_HEAD.size + _BUF.size * len(buffers))
+    if not address:
+        raise MemoryError("malloc failed for a fuse_bufvec")
+    packed = [_BUFVEC_HEAD.pack(len(buffers), 0, 0)]
+    for buffer in buffers:
+        if isinstance(buffer, tuple):
+            fd, pos, size = buffer
+            packed.append(_BUF.pack(size, FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK, 0, fd, pos))
+            continue
+        memory = _malloc(len(buffer) or 1)
+        if not memory:
+            raise MemoryError("malloc failed for a fuse_buf")
+        _memmove(memory, buffer, len(buffer))
+        packed.append(_BUF.pack(len(buffer), 0, memory, -1, 0))
+    data = b"".join(packed)
+    _memmove(address, data, len(data))
+    return address

@@ -12,7 +12,7 @@ from typing import Iterator
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.jsontext import dumps, quote
 from ckptfs.layout import Dir, Kind, Layout
-from ckptfs.model import Tensor
+from ckptfs.model.records import Tensor
 from ckptfs.pathtext import PathTexts
 
 PADDED_FILE_CHARS = 100

@@ -16,8 +16,8 @@ from typing import Any
 from ckptfs.describe import encode_key
 from ckptfs.errors import LimitExceededError
 from ckptfs.jsontext import quote, scalar_text
-from ckptfs.model import Key, Trail
-from ckptfs.trails import key_lists
+from ckptfs.model.records import Key, Trail
+from ckptfs.model.trails import key_lists
 
 SEPARATOR = ", "
 

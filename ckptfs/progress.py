@@ -50,7 +50,7 @@ def _phases() -> dict[CodeType, Describe]:
     from ckptfs.info import description_text, indented
     from ckptfs.layout import Layout
     from ckptfs.listing import tensor_files
-    from ckptfs.unpickle import SafeUnpickler
+    from ckptfs.pickle.unpickler import SafeUnpickler
 
     def says(text: str) -> Describe:
         return lambda frame: text

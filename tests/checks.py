@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import PACKED_DTYPES, Expected, TensorPath, dtype_name, tensor_components, torch_bytes
 from torch import nn
 
 import ckptfs
 from ckptfs import NestedTensor, SparseTensor, UnsupportedError
-from ckptfs.unpickle import PickledObject
-from corpus import PACKED_DTYPES, Expected, TensorPath, dtype_name, tensor_components, torch_bytes
+from ckptfs.pickle.values import PickledObject
 
 PARTIAL_READS = 4
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import save_zip, write_raw_archive
 
 import ckptfs
 from ckptfs.describe import encode_tree
 from ckptfs.errors import LimitExceededError, UnpicklingError
-from ckptfs.unpickle import Global, PickledObject
-from corpus import save_zip, write_raw_archive
+from ckptfs.pickle.values import Global, PickledObject
 
 QUICK = 2.0
 """Seconds any of these files may take to open and describe."""

@@ -31,10 +31,10 @@ from ckptfs.layout import (
     key_of_name,
     value_bytes,
 )
-from ckptfs.model import NestedTensor, SparseTensor, Storage, Tensor
+from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
+from ckptfs.pickle.values import PickledObject
 from ckptfs.sidecar import SidecarMaker
-from ckptfs.tree import children
-from ckptfs.unpickle import PickledObject
+from ckptfs.model.tree import children
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
 from index_files import files_by_id
 from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
@@ -322,7 +322,7 @@ def test_sidecar_families_know_every_field() -> None:
         "conj", "neg", "quantization", "type_name", "trail"]
     assert [f.name for f in dataclasses.fields(Storage)] == [
         "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed",
-        "inline_data", "base", "base_offset"]
+        "inline_data", "base", "base_offset", "source"]
 
 
 _awkward_keys = st.one_of(st.text(max_size=5), st.sampled_from(["", ".", "..", "a/b", "x.json", "7", ".h"]),

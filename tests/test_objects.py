@@ -23,8 +23,9 @@ import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.describe import TextBudget, encode_tree
 from ckptfs.layout import Layout
-from ckptfs.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
-from ckptfs.unpickle import Global, PickledObject, loads
+from ckptfs.model.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
+from ckptfs.pickle.unpickler import load_at
+from ckptfs.pickle.values import Global, PickledObject
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import (
     APPENDS,
@@ -85,7 +86,7 @@ OBJECTS: dict[str, tuple[bytes, list[tuple[Any, Any]]]] = {
 @pytest.mark.parametrize("name", OBJECTS)
 def test_an_object_shows_everything_the_pickle_gave_it(name: str) -> None:
     data, expected = OBJECTS[name]
-    obj, _ = loads(data)
+    obj, _ = load_at(data)
     assert isinstance(obj, PickledObject)
     assert children(obj) == expected
     encoded = encode_tree(obj)["$object"]
@@ -96,7 +97,7 @@ def test_a_call_of_a_call_shows_what_was_called() -> None:
     """``getattr(import_module('os'), 'system')('touch x')``: the callable, itself a call, is ``__callable__``."""
     chain = call(call(glob("builtins", "getattr"), call(glob("importlib", "import_module"), s("os")), s("system")),
                  s("touch x"))
-    obj, _ = loads(make_pickle(chain))
+    obj, _ = load_at(make_pickle(chain))
     assert [key for key, _ in children(obj)] == [CALLABLE_KEY, ARGS_KEY]
     assert encode_tree(obj) == {"$object": {"class": "PickledObject", "children": [
         [CALLABLE_KEY, {"$object": {"class": "builtins.getattr", "children": [[ARGS_KEY, {"$tuple": [
@@ -117,7 +118,7 @@ def test_an_object_as_a_dict_key_shows_its_arguments(tmp_path: Path) -> None:
 
 
 def test_posix_system_keeps_its_command() -> None:
-    obj, _ = loads(LS_LA)
+    obj, _ = load_at(LS_LA)
     assert encode_tree(obj) == {"$object": {"class": "posix.system", "children": [[ARGS_KEY, {"$tuple": ["ls -la"]}]]}}
 
 

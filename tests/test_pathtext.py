@@ -14,7 +14,7 @@ import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.describe import encode_key
 from ckptfs.layout import Layout
-from ckptfs import trails as trail_cache
+from ckptfs.model import trails as trail_cache
 from ckptfs.pathtext import PathTexts
 from hostile.cases import FLOATS
 from hostile.containers import zip_checkpoint

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import save_legacy, save_zip, write_raw_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptfs
-from ckptfs import CkptfsError, tensor_record
+from ckptfs import CkptfsError
 from ckptfs.describe import encode_tree
-from corpus import save_legacy, save_zip, write_raw_archive
+from ckptfs.pickle import tensor_record
 
 NEVER = re.compile(rb"(?!)")
 

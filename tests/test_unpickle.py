@@ -14,16 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs import rebuild
+from ckptfs.model import rebuild
 from ckptfs.errors import TruncatedPickleError, UnpicklingError
-from ckptfs.unpickle import Global, PickledObject, loads
+from ckptfs.pickle.unpickler import load_at
+from ckptfs.pickle.values import Global, PickledObject
 
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 CONTAINERS = (list, dict, set, tuple, frozenset, bytearray)
 
 
 def safe_loads(data: bytes) -> Any:
-    value, end = loads(data, resolve=rebuild.resolve)
+    value, end = load_at(data, resolve=rebuild.resolve)
     assert end == len(data)
     return value
 

@@ -13,13 +13,14 @@ from typing import Iterator
 
 import pytest
 import torch
+from checks import check_checkpoint
+from corpus import CorpusFile, load_expected, r1_views_and_containers, save_zip
+from counting import CountingSource
 
 import ckptfs
-from checks import check_checkpoint
 from ckptfs.errors import NotACheckpointError, UnsupportedError
 from ckptfs.formats.zip_archive import predicted_data_offset
-from ckptfs.sources import CountingSource, LocalFileSource
-from corpus import CorpusFile, load_expected, r1_views_and_containers, save_zip
+from ckptfs.sources import LocalFileSource
 
 TORCH_WRITTEN = ["r1_views_containers", "r2_every_dtype", "r4_skip_data", "r5_scripted", "r5_traced",
                  "r9_no_crc", "r9_align4096", "r9_protocol4"]

@@ -1,50 +1,57 @@
-"""Recognises a checkpoint's format by its content, never by its file name; names what other files are."""
+"""Recognises a checkpoint's format by its content, never by its file name; names what other files are.
+
+Formats are tried from one table of probes (``FORMATS``): a new format is a
+module with an ``open(source, limits) -> ParsedCheckpoint`` and a row here.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Callable
 
 from ckptfs.errors import (
     CkptfsError,
     CorruptCheckpointError,
     NotACheckpointError,
-    TruncatedPickleError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp
-from ckptfs.formats.legacy import open_legacy
+from ckptfs.formats import dcp, legacy, zip_checkpoint
 from ckptfs.formats.parsed import ParsedCheckpoint
-from ckptfs.formats.zip_checkpoint import open_zip
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import SafeUnpickler
 
 SNIFF_BYTES = 512
-PICKLE_SNIFF_BYTES = 64 * 1024
-"""A pickle without a PROTO opcode (protocols 0 and 1) is recognised by reading its first pickle this far."""
-OLD_PICKLE_FIRST_OPCODES = frozenset(b"(NIJKMLFGSTUVX]})cP")
-"""Opcodes of protocols 0 and 1 that can begin a pickle."""
 COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in b"123456789"),
               (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4")]
 """Magic numbers of compressed files (a checkpoint compressed whole must be decompressed to be read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    name: str
+    probe: Callable[[ByteSource, bytes, Limits], bool]
+    """Whether the source, whose first ``SNIFF_BYTES`` are given, is this format's."""
+    open: Callable[[ByteSource, Limits], ParsedCheckpoint]
 
 
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     head = source.read(0, min(source.size, SNIFF_BYTES))
     if not head:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
-    if head.startswith(b"PK\x03\x04"):
-        try:
-            return open_zip(source, limits)
-        except (CorruptCheckpointError, NotACheckpointError):
-            if dcp.is_distcp(source):
-                raise NotACheckpointError(dcp.DISTCP_FILE) from None
-            raise
-    if head.startswith(b"PK\x05\x06"):
-        raise NotACheckpointError("an empty zip archive, not a PyTorch checkpoint")
-    if _starts_a_pickle(source, head, limits):
-        return open_legacy(source, limits)
+    for candidate in FORMATS:
+        if candidate.probe(source, head, limits):
+            return candidate.open(source, limits)
     raise _not_a_checkpoint(head)
+
+
+def _open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    """A torch.save or TorchScript archive; a zip that is neither may be one file of a DCP directory."""
+    try:
+        return zip_checkpoint.open_zip(source, limits)
+    except (CorruptCheckpointError, NotACheckpointError):
+        if dcp.is_distcp(source):
+            raise NotACheckpointError(dcp.DISTCP_FILE) from None
+        raise
 
 
 def directory_error(path: str) -> CkptfsError:
@@ -54,28 +61,16 @@ def directory_error(path: str) -> CkptfsError:
     return NotACheckpointError("a directory, not a checkpoint file", path)
 
 
-def _starts_a_pickle(source: ByteSource, head: bytes, limits: Limits) -> bool:
-    """Whether the file starts with a pickle this reader reads: protocols 2–5 by their PROTO opcode, 0 and 1 by
-    reading the first pickle (a text file fails within a few bytes)."""
-    if head[0] == 0x80:
-        return len(head) >= 2 and head[1] <= 5
-    if head[0] not in OLD_PICKLE_FIRST_OPCODES:
-        return False
-    window = source.read(0, min(source.size, PICKLE_SNIFF_BYTES, limits.max_pickle_bytes))
-    try:
-        SafeUnpickler(window, persistent_load=_any_persistent_id, limits=limits).load()
-    except TruncatedPickleError:
-        return len(window) < source.size
-    except CkptfsError:
-        return False
-    return True
-
-
-def _any_persistent_id(pid: Any) -> None:
-    return None
+FORMATS = (
+    Format("zip", zip_checkpoint.probe, _open_zip),
+    Format("legacy", legacy.probe, legacy.open_legacy),
+)
+"""Tried in order; zip covers torch.save archives and TorchScript."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
+    if head.startswith(b"PK\x05\x06"):
+        return NotACheckpointError("an empty zip archive, not a PyTorch checkpoint")
     for magic, name in COMPRESSED:
         if head.startswith(magic):
             return NotACheckpointError(f"{name}-compressed; decompress it first")

@@ -11,28 +11,40 @@ header is checked before its storage is first read.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs import rebuild
-from ckptfs.dtypes import dtype_of_storage_class
-from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, TruncatedPickleError, UnsupportedError
+from ckptfs.errors import (
+    CkptfsError,
+    CorruptCheckpointError,
+    NotACheckpointError,
+    TruncatedPickleError,
+    UnsupportedError,
+)
 from ckptfs.formats import dcp
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
-from ckptfs.model import Storage
+from ckptfs.model import rebuild
+from ckptfs.model.dtypes import dtype_of_storage_class
+from ckptfs.model.records import Storage
+from ckptfs.pickle.unpickler import SafeUnpickler, load_at
+from ckptfs.pickle.values import PickledObject, short_repr
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import PickledObject, SafeUnpickler, short_repr
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 FIRST_WINDOW = 64 * 1024
+PICKLE_SNIFF_BYTES = 64 * 1024
+"""A pickle without a PROTO opcode (protocols 0 and 1) is recognised by reading its first pickle this far."""
+OLD_PICKLE_FIRST_OPCODES = frozenset(b"(NIJKMLFGSTUVX]})cP")
+"""Opcodes of protocols 0 and 1 that can begin a pickle."""
 COUNT = struct.Struct("<q")
 
 
 class _LegacyStorages:
-    def __init__(self) -> None:
+    def __init__(self, source: ByteSource) -> None:
+        self.source = source
         self.storages: dict[str, Storage] = {}
-        self.views: list[tuple[Storage, str, int]] = []
 
     def persistent_load(self, pid: Any) -> Any:
         if isinstance(pid, tuple) and pid and pid[0] == "module":
@@ -53,7 +65,8 @@ class _LegacyStorages:
         existing = self.storages.get(view_key)
         if existing is not None:
             return existing
-        storage = Storage(view_key, dtype, location, view_numel, f"legacy:{key}", base=root, base_offset=view_offset)
+        storage = Storage(view_key, dtype, location, view_numel, f"legacy:{key}", base=root, base_offset=view_offset,
+                          source=self.source)
         self.storages[view_key] = storage
         return storage
 
@@ -61,9 +74,30 @@ class _LegacyStorages:
         known = shared_storage(self.storages, key, dtype, numel)
         if known is not None:
             return known
-        storage = Storage(key, dtype, location, numel, f"legacy:{key}")
+        storage = Storage(key, dtype, location, numel, f"legacy:{key}", source=self.source)
         self.storages[key] = storage
         return storage
+
+
+def probe(source: ByteSource, head: bytes, limits: Limits) -> bool:
+    """Whether the file starts with a pickle this reader reads: protocols 2–5 by their PROTO opcode, 0 and 1 by
+    reading the first pickle (a text file fails within a few bytes)."""
+    if head[0] == 0x80:
+        return len(head) >= 2 and head[1] <= 5
+    if head[0] not in OLD_PICKLE_FIRST_OPCODES:
+        return False
+    window = source.read(0, min(source.size, PICKLE_SNIFF_BYTES, limits.max_pickle_bytes))
+    try:
+        SafeUnpickler(window, persistent_load=_any_persistent_id, limits=limits).load()
+    except TruncatedPickleError:
+        return len(window) < source.size
+    except CkptfsError:
+        return False
+    return True
+
+
+def _any_persistent_id(pid: Any) -> None:
+    return None
 
 
 def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
@@ -83,43 +117,40 @@ def open_legacy(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
-    magic, pos = _next_pickle(head, 0, limits)
+    magic, pos = load_at(head, 0, limits=limits)
     if magic != MAGIC_NUMBER:
         if isinstance(magic, PickledObject) and magic.class_name == dcp.METADATA_CLASS:
             raise UnsupportedError(dcp.METADATA_FILE)
         raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
-    protocol, pos = _next_pickle(head, pos, limits)
+    protocol, pos = load_at(head, pos, limits=limits)
     if protocol != PROTOCOL_VERSION:
         raise UnsupportedError(f"legacy protocol version {short_repr(protocol)} (expected {PROTOCOL_VERSION})")
-    sys_info, pos = _next_pickle(head, pos, limits)
-    table = _LegacyStorages()
-    unpickler = SafeUnpickler(head, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
-    unpickler.pos = pos
-    root = unpickler.load()
-    keys, pos = _next_pickle(head, unpickler.pos, limits)
+    sys_info, pos = load_at(head, pos, limits=limits)
+    table = _LegacyStorages(source)
+    root, pos = load_at(head, pos, resolve=rebuild.resolve, persistent_load=table.persistent_load, limits=limits)
+    keys, pos = load_at(head, pos, limits=limits)
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise CorruptCheckpointError("legacy storage key list is not a list of strings")
     _place_storages(source, table, keys, pos)
 
-    def verify(storage: Storage) -> None:
+    little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
+    little = little if isinstance(little, bool) else None
+    details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
+    return LegacyParsed("legacy", root, list(table.storages.values()), "little", details, source=source)
+
+
+@dataclass
+class LegacyParsed(ParsedCheckpoint):
+    source: ByteSource = field(kw_only=True)
+
+    def verify(self, storage: Storage) -> None:
+        """Checks the element count header in front of the storage's bytes against the pickle's count."""
         root = storage.base or storage
-        (count,) = COUNT.unpack(source.read(root.offset - COUNT.size, COUNT.size))
+        (count,) = COUNT.unpack(self.source.read(root.offset - COUNT.size, COUNT.size))
         if count != root.numel:
             raise CorruptCheckpointError(
                 f"legacy storage {root.key!r} declares {root.numel} elements in the pickle but {count} in its header"
             )
-
-    little = sys_info.get("little_endian") if isinstance(sys_info, dict) else None
-    little = little if isinstance(little, bool) else None
-    details = {"protocol_version": protocol, "writer_little_endian": little, "storage_keys": len(keys)}
-    return ParsedCheckpoint("legacy", root, list(table.storages.values()), "little", details, verify=verify)
-
-
-def _next_pickle(head: bytes, pos: int, limits: Limits) -> tuple[Any, int]:
-    unpickler = SafeUnpickler(head, limits=limits)
-    unpickler.pos = pos
-    value = unpickler.load()
-    return value, unpickler.pos
 
 
 def _place_storages(source: ByteSource, table: _LegacyStorages, keys: list[str], pos: int) -> None:

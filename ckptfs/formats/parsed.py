@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ckptfs.dtypes import DType
 from ckptfs.errors import CorruptCheckpointError
-from ckptfs.model import Storage
-from ckptfs.unpickle import Global, short_repr
+from ckptfs.model.dtypes import DType
+from ckptfs.model.records import Storage
+from ckptfs.pickle.values import Global, short_repr
 
 
 @dataclass
 class ParsedCheckpoint:
+    """A container's parse: the object tree, its storages, and how a storage's stored bytes are reached.
+
+    Formats whose storages need more than a ranged read of the source override
+    ``verify`` (framing to check before the first read) or ``inflate``
+    (compressed records).
+    """
+
     format: str
     """``zip``, ``torchscript`` or ``legacy``."""
     root: Any
@@ -20,10 +27,13 @@ class ParsedCheckpoint:
     byteorder: str = "little"
     details: dict[str, Any] = field(default_factory=dict)
     """Format facts worth reporting (archive prefix, versions, alignment …)."""
-    inflate: Callable[[Storage], bytes] | None = None
-    """Decompresses a deflated storage record (re-zipped archives)."""
-    verify: Callable[[Storage], None] | None = None
-    """Checks a storage's on-disk framing before its first read (legacy counts)."""
+
+    def verify(self, storage: Storage) -> None:
+        """Checks the storage's framing in the source once, before its bytes are first used."""
+
+    def inflate(self, storage: Storage) -> bytes:
+        """The whole decompressed record of a compressed storage."""
+        raise CorruptCheckpointError(f"storage {storage.key!r} is marked compressed in a {self.format} checkpoint")
 
 
 def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str, int, Any]:

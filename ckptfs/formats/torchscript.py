@@ -12,9 +12,9 @@ from typing import Any
 
 from ckptfs.formats.zip_archive import ZipArchive, check_inflation
 from ckptfs.limits import Limits
-from ckptfs.model import Tensor
-from ckptfs.tree import walk
-from ckptfs.unpickle import Global, PickledObject
+from ckptfs.model.records import Tensor
+from ckptfs.model.tree import walk
+from ckptfs.pickle.values import Global, PickledObject
 
 _CLASS = re.compile(r"class (\w+)\(")
 _PARAMETERS = re.compile(r"\s+__parameters__ = \[(.*)\]\s*$")

@@ -47,7 +47,6 @@ class ZipEntry:
     name: str
     method: int
     flags: int
-    crc: int
     compressed_size: int
     size: int
     header_offset: int
@@ -127,7 +126,7 @@ class ZipArchive:
         for _ in range(count):
             if pos + CD_HEADER.size > len(directory):
                 raise CorruptCheckpointError("central directory is truncated")
-            (sig, _, _, flags, method, _, _, crc, csize, usize, name_len, extra_len, comment_len,
+            (sig, _, _, flags, method, _, _, _, csize, usize, name_len, extra_len, comment_len,
              _, _, _, offset) = CD_HEADER.unpack_from(directory, pos)
             if sig != CD_SIG:
                 raise CorruptCheckpointError(f"bad central directory entry signature at entry offset {pos}")
@@ -148,7 +147,7 @@ class ZipArchive:
                 raise CorruptCheckpointError(
                     f"zip record {name!r} ({csize} bytes at offset {offset}) overruns the central directory"
                 )
-            self.entries[name] = ZipEntry(name, method, flags, crc, csize, usize, offset)
+            self.entries[name] = ZipEntry(name, method, flags, csize, usize, offset)
             pos = end
         if pos != len(directory):
             raise CorruptCheckpointError(

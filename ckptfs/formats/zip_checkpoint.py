@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs import rebuild
-from ckptfs.dtypes import dtype_of_storage_class
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
-from ckptfs.model import Storage
+from ckptfs.model import rebuild
+from ckptfs.model.dtypes import dtype_of_storage_class
+from ckptfs.model.records import Storage
+from ckptfs.pickle.unpickler import SafeUnpickler
+from ckptfs.pickle.values import PickledObject
 from ckptfs.sources import ByteSource
-from ckptfs.unpickle import PickledObject, SafeUnpickler
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
@@ -42,7 +44,8 @@ class _StorageTable:
         entry = self.archive.entry(record)
         if entry is None:
             raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
-        storage = Storage(key, dtype, location, numel, record, size=entry.size, byteorder=self.byteorder)
+        storage = Storage(key, dtype, location, numel, record, size=entry.size, byteorder=self.byteorder,
+                          source=self.archive.source)
         if entry.size != storage.nbytes:
             raise CorruptCheckpointError(
                 f"record {record!r} holds {entry.size} bytes but its storage declares {storage.nbytes} "
@@ -53,6 +56,11 @@ class _StorageTable:
         storage.compressed = entry.method == DEFLATED
         self.storages[key] = storage
         return storage
+
+
+def probe(source: ByteSource, head: bytes, limits: Limits) -> bool:
+    """A zip archive's first local header (its prefix and records are checked on opening)."""
+    return head.startswith(b"PK\x03\x04")
 
 
 def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
@@ -86,13 +94,6 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     for storage, entry in zip(storages, entries):
         storage.offset = entry.data_offset
 
-    def inflate(storage: Storage) -> bytes:
-        entry = archive.entries[archive.prefix + storage.record]
-        if entry.size > limits.max_inflated_bytes:
-            raise LimitExceededError(f"deflated record {entry.name!r} of {entry.size} bytes exceeds "
-                                     f"{limits.max_inflated_bytes} (limit max_inflated_bytes)")
-        return archive.read_compressed(entry)
-
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
         "records": len(archive.entries),
@@ -100,8 +101,21 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         "format_version": _text(records.get(".format_version")),
         "version": _text(records.get("version") or records.get(".data/version")),
     }
-    return ParsedCheckpoint("torchscript" if is_torchscript else "zip", root, storages, byteorder,
-                            details, inflate=inflate)
+    return ZipParsed("torchscript" if is_torchscript else "zip", root, storages, byteorder, details,
+                     archive=archive, limits=limits)
+
+
+@dataclass
+class ZipParsed(ParsedCheckpoint):
+    archive: ZipArchive = field(kw_only=True)
+    limits: Limits = field(kw_only=True)
+
+    def inflate(self, storage: Storage) -> bytes:
+        entry = self.archive.entries[self.archive.prefix + storage.record]
+        if entry.size > self.limits.max_inflated_bytes:
+            raise LimitExceededError(f"deflated record {entry.name!r} of {entry.size} bytes exceeds "
+                                     f"{self.limits.max_inflated_bytes} (limit max_inflated_bytes)")
+        return self.archive.read_compressed(entry)
 
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:

@@ -20,8 +20,6 @@ from typing import Callable
 
 import ckptfs
 from ckptfs.describe import encode_tree
-from ckptfs.tree import walk
-from ckptfs.unpickle import PickledObject
 from ckptfs.errors import (
     CkptfsError,
     CorruptCheckpointError,
@@ -31,6 +29,8 @@ from ckptfs.errors import (
     UnpicklingError,
     UnsupportedError,
 )
+from ckptfs.pickle.values import PickledObject
+from ckptfs.model.tree import walk
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (
@@ -191,7 +191,7 @@ def _legacy_replaced(index: int, replacement: bytes) -> bytes:
 
 
 def _pickle_ends(data: bytes, count: int) -> list[int]:
-    from ckptfs.unpickle import SafeUnpickler
+    from ckptfs.pickle.unpickler import SafeUnpickler
 
     ends, pos = [], 0
     for _ in range(count):

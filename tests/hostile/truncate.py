@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckptfs.errors import CkptfsError
-from ckptfs.unpickle import SafeUnpickler
+from ckptfs.pickle.unpickler import SafeUnpickler
 
 ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x01\x02", b"PK\x06\x06", b"PK\x06\x07", b"PK\x05\x06")
 

@@ -13,8 +13,8 @@ from typing import Any, Iterator
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.limits import Limits
-from ckptfs.model import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
-from ckptfs.unpickle import Global, PickledObject
+from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor, Trail, path_of
+from ckptfs.pickle.values import Global, PickledObject
 
 CALLABLE_KEY = "__callable__"
 ARGS_KEY = "__args__"

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import numpy as np
 
 from ckptfs.errors import UnsupportedError
-from ckptfs.model import Storage, Tensor
+from ckptfs.model.records import Storage, Tensor
 
-if TYPE_CHECKING:
-    from ckptfs.reading import StorageReader
+ReadStorage = Callable[[Storage, int, int], bytes]
+"""``read(storage, offset, length)``: bytes of a storage (``StorageReader.read``)."""
 
 RUN_GAP = 16 * 1024
 """Storage gaps up to this many bytes are read through rather than split into two reads."""
@@ -22,21 +22,21 @@ _FLOAT_NAMES = {"float16", "bfloat16", "float32", "float64", "complex32", "compl
 _INT_NAMES = {"int8", "int16", "int32", "int64"}
 
 
-def gather(reader: StorageReader, tensor: Tensor, first: int, last: int) -> bytes:
+def gather(read: ReadStorage, tensor: Tensor, first: int, last: int) -> bytes:
     """Logical elements ``[first, last)``, transformed, as bytes."""
     storage = tensor.storage
     assert storage is not None
     es = tensor.itemsize
     if tensor.is_contiguous:
-        raw = reader.read(storage, (tensor.storage_offset + first) * es, (last - first) * es)
+        raw = read(storage, (tensor.storage_offset + first) * es, (last - first) * es)
         return _transform(np.frombuffer(raw, dtype=np.uint8).copy(), tensor).tobytes()
     positions = _positions(tensor, first, last)
     lo, hi = int(positions.min()), int(positions.max()) + 1
     if (hi - lo) <= DENSE_SPAN_FACTOR * (last - first):
-        block = np.frombuffer(reader.read(storage, lo * es, (hi - lo) * es), dtype=np.uint8).reshape(-1, es)
+        block = np.frombuffer(read(storage, lo * es, (hi - lo) * es), dtype=np.uint8).reshape(-1, es)
         rows = block[positions - lo]
     else:
-        rows = _gather_runs(reader, storage, positions, es)
+        rows = _gather_runs(read, storage, positions, es)
     return _transform(np.ascontiguousarray(rows).reshape(-1), tensor).tobytes()
 
 
@@ -50,14 +50,14 @@ def _positions(tensor: Tensor, first: int, last: int) -> np.ndarray:
     return positions
 
 
-def _gather_runs(reader: StorageReader, storage: Storage, positions: np.ndarray, es: int) -> np.ndarray:
+def _gather_runs(read: ReadStorage, storage: Storage, positions: np.ndarray, es: int) -> np.ndarray:
     unique = np.unique(positions)
     breaks = np.nonzero(np.diff(unique) * es > RUN_GAP)[0] + 1
     starts = np.concatenate(([unique[0]], unique[breaks]))
     ends = np.concatenate((unique[breaks - 1], [unique[-1]])) + 1
     bases = np.concatenate(([0], np.cumsum(ends - starts)[:-1]))
     block = np.frombuffer(
-        b"".join(reader.read(storage, int(s) * es, int(e - s) * es) for s, e in zip(starts, ends)), dtype=np.uint8
+        b"".join(read(storage, int(s) * es, int(e - s) * es) for s, e in zip(starts, ends)), dtype=np.uint8
     ).reshape(-1, es)
     run = np.searchsorted(starts, positions, side="right") - 1
     return block[bases[run] + positions - starts[run]]

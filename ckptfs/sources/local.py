@@ -1,32 +1,12 @@
-"""Byte sources: where a checkpoint's bytes come from.
-
-A source knows its size and answers positioned reads. The local implementation
-uses ``os.pread``, so concurrent readers never share a file position.
-"""
+"""A local file read with ``os.pread``, so concurrent readers never share a file position."""
 
 from __future__ import annotations
 
 import os
 import stat
-import threading
-from typing import Protocol
 
 from ckptfs.errors import SourceError
-
-
-class ByteSource(Protocol):
-    name: str
-    size: int
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Exactly ``length`` bytes at ``offset``; raises SourceError when short."""
-        ...
-
-    def fileno(self) -> int | None:
-        """A file descriptor holding these bytes, for zero-copy reads, or None."""
-        ...
-
-    def close(self) -> None: ...
+from ckptfs.sources.base import SourceStat
 
 
 class LocalFileSource:
@@ -49,7 +29,7 @@ class LocalFileSource:
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             raise SourceError(f"{kind}, not a checkpoint file", self.name)
         self.size = st.st_size
-        self.stat = st
+        self._stat = SourceStat.of(st)
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -84,58 +64,14 @@ class LocalFileSource:
     def fileno(self) -> int | None:
         return self._fd
 
+    def stat(self) -> SourceStat:
+        """As the file was when opened: the mount treats its source as immutable."""
+        return self._stat
+
+    def reopen(self) -> None:
+        """Nothing to do: a forked child shares the descriptor, and every read is a ``pread``."""
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-class CountingSource:
-    """Wraps a source and records every read; used to prove lazy parsing."""
-
-    def __init__(self, inner: ByteSource) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.size = inner.size
-        self.reads: list[tuple[int, int]] = []
-        self._lock = threading.Lock()
-
-    def read(self, offset: int, length: int) -> bytes:
-        with self._lock:
-            self.reads.append((offset, length))
-        return self.inner.read(offset, length)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(length for _, length in self.reads)
-
-    def fileno(self) -> int | None:
-        return self.inner.fileno()
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class BytesSource:
-    """An in-memory source, for checkpoints embedded in other data."""
-
-    def __init__(self, data: bytes, name: str = "<bytes>") -> None:
-        self._data = bytes(data)
-        self.name = name
-        self.size = len(self._data)
-
-    def read(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length < 0 or offset + length > self.size:
-            raise SourceError(
-                f"read of {length} bytes at offset {offset} is outside the data "
-                f"({self.size} bytes)",
-                self.name,
-            )
-        return self._data[offset : offset + length]
-
-    def fileno(self) -> int | None:
-        return None
-
-    def close(self) -> None:
-        pass
-

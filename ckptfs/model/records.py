@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.dtypes import DType
-from ckptfs.unpickle import Buildable
+from ckptfs.model.dtypes import DType
+from ckptfs.sources import ByteSource
 
 Key = Any
 """A path element: str for dict keys and attributes, int for int keys and indices."""
@@ -50,6 +50,8 @@ class Storage:
     """For old legacy view storages: the root storage whose bytes this views."""
     base_offset: int = 0
     """Element offset into ``base`` (elements of the base's dtype)."""
+    source: ByteSource | None = None
+    """The source holding the bytes at ``offset``; None for bytes held in the pickle."""
 
     @property
     def nbytes(self) -> int:
@@ -149,45 +151,3 @@ class NestedTensor:
     """A strided nested tensor: a flat buffer and per-component sizes, strides, offsets."""
 
     components: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(eq=False, slots=True)
-class NumpyArray(Buildable):
-    """A numpy array pickled inline; its raw bytes come with BUILD."""
-
-    dtype: str = ""
-    shape: tuple[int, ...] = ()
-    fortran_order: bool = False
-    data: bytes | None = None
-
-    def apply_state(self, state: Any) -> None:
-        if not (isinstance(state, tuple) and len(state) == 5):
-            return
-        _, shape, dtype, fortran, raw = state
-        if isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape):
-            self.shape = shape
-        if isinstance(dtype, NumpyDType):
-            self.dtype = dtype.descr
-        self.fortran_order = bool(fortran)
-        if isinstance(raw, (bytes, bytearray)):
-            self.data = bytes(raw)
-        elif isinstance(raw, str):
-            self.data = raw.encode("latin-1", "replace")
-
-
-@dataclass(eq=False, slots=True)
-class NumpyDType(Buildable):
-    """``numpy.dtype(...)`` as pickled: a type string completed by BUILD's byte order."""
-
-    code: str
-    byteorder: str = "|"
-
-    def apply_state(self, state: Any) -> None:
-        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "|", "="):
-            self.byteorder = state[1]
-
-    @property
-    def descr(self) -> str:
-        if self.code[:1] in "<>|=":
-            return self.code
-        return self.byteorder + self.code

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ckptfs.unpickle import SafeUnpickler
+from ckptfs.pickle.machine import Machine
 
 _GET = rb"h(.)|j(....)"
 _PUT = rb"q(.)|r(....)"
@@ -52,7 +51,7 @@ class _Fallback(Exception):
     """The bytes are not the plain form: the opcodes will read them."""
 
 
-def apply(u: SafeUnpickler, match: re.Match[bytes]) -> bool:
+def apply(u: Machine, match: re.Match[bytes]) -> bool:
     """Does what the record's opcodes do; False (nothing done) when they should run instead."""
     stack, limits = u.stack, u.limits
     # Near a limit the opcodes run, so that limit errors come in their order.
@@ -84,19 +83,19 @@ def apply(u: SafeUnpickler, match: re.Match[bytes]) -> bool:
     storage = u.persistent_load(pid)
     offset = _int(g[28])
     requires_grad = g[35] == b"\x88"
-    metadata = u._call(ordered_dict, ())
+    metadata = u.call(ordered_dict, ())
     _put(u, g, 42, metadata, None)
     args = (storage, offset, size, stride, requires_grad, metadata)
     _put(u, g, 44, args, None)
     func = stack.pop()
-    result = u._call(func, args)
+    result = u.call(func, args)
     _put(u, g, 46, result, None)
     stack.append(result)
     u.pos = match.end()
     return True
 
 
-def _get(u: SafeUnpickler, one: bytes | None, four: bytes | None) -> Any:
+def _get(u: Machine, one: bytes | None, four: bytes | None) -> Any:
     index = one[0] if one is not None else _U32.unpack(four)[0]  # type: ignore[arg-type]
     try:
         return u.memo[index]
@@ -104,7 +103,7 @@ def _get(u: SafeUnpickler, one: bytes | None, four: bytes | None) -> Any:
         raise _Fallback from None
 
 
-def _put(u: SafeUnpickler, g: tuple[Any, ...], at: int, value: Any, undo: list[tuple[int, Any]] | None) -> None:
+def _put(u: Machine, g: tuple[Any, ...], at: int, value: Any, undo: list[tuple[int, Any]] | None) -> None:
     """The memo write of the PUT at group ``at``, if any (``apply`` checked there is room: no limit check)."""
     one, four = g[at], g[at + 1]
     if one is None and four is None:
@@ -115,7 +114,7 @@ def _put(u: SafeUnpickler, g: tuple[Any, ...], at: int, value: Any, undo: list[t
     u.memo[index] = value
 
 
-def _string(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
+def _string(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
     if g[at] is not None or g[at + 1] is not None:
         return _get(u, g[at], g[at + 1])
     length, text = g[at + 2], g[at + 3]
@@ -126,10 +125,10 @@ def _string(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int,
     return value
 
 
-def _class(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
+def _class(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
     if g[at] is not None or g[at + 1] is not None:
         return _get(u, g[at], g[at + 1])
-    value = u._global(g[at + 2].decode("ascii"), g[at + 3].decode("ascii"))
+    value = u.find_global(g[at + 2].decode("ascii"), g[at + 3].decode("ascii"))
     _put(u, g, at + 4, value, undo)
     return value
 
@@ -143,7 +142,7 @@ def _int(raw: bytes) -> int:
     return _I32.unpack_from(raw, 1)[0]
 
 
-def _tuple(u: SafeUnpickler, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
+def _tuple(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
     raw: bytes = g[at]
     if raw == b")":
         value: tuple[int, ...] = ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generic, TypeVar
 
-from ckptfs.model import Key, Trail
+from ckptfs.model.records import Key, Trail
 
 CACHED_TRAILS = 4096
 """Trails whose values are kept (a value holds at most one reference per key: bounded memory)."""

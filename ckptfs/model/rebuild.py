@@ -13,18 +13,11 @@ import operator
 import re
 from typing import Any, Callable
 
-from ckptfs.dtypes import DType, dtype_by_name
 from ckptfs.errors import CorruptCheckpointError
-from ckptfs.model import (
-    NestedTensor,
-    NumpyArray,
-    NumpyDType,
-    Quantization,
-    SparseTensor,
-    Storage,
-    Tensor,
-)
-from ckptfs.unpickle import Global, Handler, PickledObject, hashable_key, short_repr
+from ckptfs.model.dtypes import DType, dtype_by_name
+from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
+from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
+from ckptfs.pickle.values import Global, Handler, PickledObject, short_repr
 
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62
@@ -34,13 +27,13 @@ INT64_END = 1 << 63
 _NUMPY_SCALAR_CODE = re.compile(r"^[<>|=]?(?:[biuf][1248]|c(?:8|16)|f16|\?)$")
 
 
-def _fail(message: str) -> CorruptCheckpointError:
+def _corrupt(message: str) -> CorruptCheckpointError:
     return CorruptCheckpointError(message)
 
 
 def _int(value: Any, what: str) -> int:
     if type(value) is not int:
-        raise _fail(f"{what} must be an integer, got {type(value).__name__}")
+        raise _corrupt(f"{what} must be an integer, got {type(value).__name__}")
     return value
 
 
@@ -57,14 +50,14 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
 def _checked_dims(value: Any, what: str) -> tuple[int, ...]:
     """``_dims`` off its fast path: converts lists and says what is wrong."""
     if not isinstance(value, (tuple, list)):
-        raise _fail(f"tensor {what} must be a tuple, got {type(value).__name__}")
+        raise _corrupt(f"tensor {what} must be a tuple, got {type(value).__name__}")
     if len(value) > MAX_RANK:
-        raise _fail(f"tensor {what} has {len(value)} dimensions (limit {MAX_RANK})")
+        raise _corrupt(f"tensor {what} has {len(value)} dimensions (limit {MAX_RANK})")
     dims = tuple(_int(v, f"tensor {what} entry") for v in value)
     if any(d < 0 for d in dims):
-        raise _fail(f"tensor {what} {dims} has a negative entry")
+        raise _corrupt(f"tensor {what} {dims} has a negative entry")
     if any(d >= INT64_END for d in dims):
-        raise _fail(f"tensor {what} {short_repr(dims)} has an entry beyond int64")
+        raise _corrupt(f"tensor {what} {short_repr(dims)} has an entry beyond int64")
     return dims
 
 
@@ -73,12 +66,12 @@ def _dtype(value: Any) -> DType:
         dtype = dtype_by_name(value.name)
         if dtype is not None:
             return dtype
-    raise _fail(f"unknown tensor dtype {short_repr(value)}")
+    raise _corrupt(f"unknown tensor dtype {short_repr(value)}")
 
 
 def _storage(value: Any) -> Storage:
     if not isinstance(value, Storage):
-        raise _fail(f"tensor storage must be a storage reference, got {type(value).__name__}")
+        raise _corrupt(f"tensor storage must be a storage reference, got {type(value).__name__}")
     return value
 
 
@@ -95,21 +88,21 @@ def make_tensor(
     shape_t = _dims(shape, "size")
     stride_t = _dims(stride, "stride")
     if len(shape_t) != len(stride_t):
-        raise _fail(f"tensor size {shape_t} and stride {stride_t} differ in rank")
+        raise _corrupt(f"tensor size {shape_t} and stride {stride_t} differ in rank")
     offset_i = _int(offset, "storage offset")
     if offset_i < 0:
-        raise _fail(f"negative storage offset {offset_i}")
+        raise _corrupt(f"negative storage offset {offset_i}")
     if offset_i >= INT64_END:
-        raise _fail(f"storage offset {short_repr(offset_i)} is beyond int64")
+        raise _corrupt(f"storage offset {short_repr(offset_i)} is beyond int64")
     numel = math.prod(shape_t)
     if numel > MAX_ELEMENTS:
-        raise _fail(f"tensor of size {shape_t} has more than 2**62 elements")
+        raise _corrupt(f"tensor of size {shape_t} has more than 2**62 elements")
     tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, bool(requires_grad), kind=kind)
     if storage is not None and numel > 0:
         last = offset_i + sum(map(operator.mul, shape_t, stride_t)) - sum(stride_t)  # Σ (n - 1)·s, every n ≥ 1
         needed = -(-(last + 1) // dtype.packing) * dtype.itemsize
         if needed > storage.nbytes:
-            raise _fail(
+            raise _corrupt(
                 f"tensor of size {shape_t}, stride {stride_t}, offset {offset_i} ({dtype.name}) "
                 f"needs {needed} bytes but storage {storage.key!r} holds {storage.nbytes}"
             )
@@ -125,33 +118,33 @@ def _apply_metadata(tensor: Tensor, metadata: Any) -> Tensor:
 
 def _rebuild_tensor(args: tuple[Any, ...]) -> Tensor:
     if len(args) != 4:
-        raise _fail(f"_rebuild_tensor takes 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_tensor takes 4 arguments, got {len(args)}")
     storage = _storage(args[0])
     if storage.dtype.name == "untyped":
-        raise _fail("_rebuild_tensor on an untyped storage has no dtype")
+        raise _corrupt("_rebuild_tensor on an untyped storage has no dtype")
     return make_tensor(storage, args[1], args[2], args[3], storage.dtype)
 
 
 def _rebuild_tensor_v2(args: tuple[Any, ...]) -> Tensor:
     if len(args) not in (6, 7):
-        raise _fail(f"_rebuild_tensor_v2 takes 6 or 7 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_tensor_v2 takes 6 or 7 arguments, got {len(args)}")
     storage = _storage(args[0])
     if storage.dtype.name == "untyped":
-        raise _fail("_rebuild_tensor_v2 on an untyped storage has no dtype")
+        raise _corrupt("_rebuild_tensor_v2 on an untyped storage has no dtype")
     tensor = make_tensor(storage, args[1], args[2], args[3], storage.dtype, args[4])
     return _apply_metadata(tensor, args[6] if len(args) == 7 else None)
 
 
 def _rebuild_tensor_v3(args: tuple[Any, ...]) -> Tensor:
     if len(args) not in (7, 8):
-        raise _fail(f"_rebuild_tensor_v3 takes 7 or 8 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_tensor_v3 takes 7 or 8 arguments, got {len(args)}")
     tensor = make_tensor(_storage(args[0]), args[1], args[2], args[3], _dtype(args[6]), args[4])
     return _apply_metadata(tensor, args[7] if len(args) == 8 else None)
 
 
 def _rebuild_parameter(args: tuple[Any, ...]) -> Any:
     if len(args) not in (3, 4):
-        raise _fail(f"_rebuild_parameter takes 3 or 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_parameter takes 3 or 4 arguments, got {len(args)}")
     tensor = args[0]
     if isinstance(tensor, Tensor):
         tensor.is_parameter = True
@@ -161,40 +154,40 @@ def _rebuild_parameter(args: tuple[Any, ...]) -> Any:
 
 def _rebuild_qtensor(args: tuple[Any, ...]) -> Tensor:
     if len(args) != 7:
-        raise _fail(f"_rebuild_qtensor takes 7 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_qtensor takes 7 arguments, got {len(args)}")
     storage = _storage(args[0])
     tensor = make_tensor(storage, args[1], args[2], args[3], storage.dtype, args[5])
     if not storage.dtype.is_quantized:
-        raise _fail(f"_rebuild_qtensor on a {storage.dtype.name} storage")
+        raise _corrupt(f"_rebuild_qtensor on a {storage.dtype.name} storage")
     tensor.quantization = _quantization(args[4])
     return tensor
 
 
 def _quantization(params: Any) -> Quantization:
     if not isinstance(params, tuple) or not params or not isinstance(params[0], Global):
-        raise _fail("quantizer parameters must be a tuple starting with a qscheme")
+        raise _corrupt("quantizer parameters must be a tuple starting with a qscheme")
     scheme = params[0].name
     if scheme in ("per_tensor_affine", "per_tensor_symmetric") and len(params) == 3:
         return Quantization(scheme, scale=float(params[1]), zero_point=_int(params[2], "zero point"))
     if scheme.startswith("per_channel") and len(params) == 4:
         scales, zero_points = params[1], params[2]
         if not isinstance(scales, Tensor) or not isinstance(zero_points, Tensor):
-            raise _fail("per-channel scales and zero points must be tensors")
+            raise _corrupt("per-channel scales and zero points must be tensors")
         return Quantization(
             scheme, axis=_int(params[3], "quantization axis"), scales=scales, zero_points=zero_points
         )
-    raise _fail(f"unsupported quantizer parameters for {scheme}")
+    raise _corrupt(f"unsupported quantizer parameters for {scheme}")
 
 
 def _rebuild_meta(args: tuple[Any, ...]) -> Tensor:
     if len(args) != 4:
-        raise _fail(f"_rebuild_meta_tensor_no_storage takes 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_meta_tensor_no_storage takes 4 arguments, got {len(args)}")
     return make_tensor(None, 0, args[1], args[2], _dtype(args[0]), args[3], kind="meta")
 
 
 def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> Tensor:
     if len(args) != 8:
-        raise _fail(f"_rebuild_wrapper_subclass takes 8 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_wrapper_subclass takes 8 arguments, got {len(args)}")
     cls, dtype, size, stride, offset, _layout, _device, requires_grad = args
     tensor = make_tensor(None, offset, size, stride, _dtype(dtype), requires_grad, kind="no_data")
     if isinstance(cls, Global):
@@ -204,7 +197,7 @@ def _rebuild_wrapper_subclass(args: tuple[Any, ...]) -> Tensor:
 
 def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
     if len(args) != 4:
-        raise _fail(f"_rebuild_from_type_v2 takes 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_from_type_v2 takes 4 arguments, got {len(args)}")
     func, cls, inner_args, state = args
     handler = resolve(func) if isinstance(func, Global) else None
     # torch never nests these two; a nested call would recurse once per level of a hostile pickle.
@@ -243,7 +236,7 @@ def _rebuild_from_type(args: tuple[Any, ...]) -> Any:
 
 def _rebuild_sparse(args: tuple[Any, ...]) -> Any:
     if len(args) != 2 or not isinstance(args[0], str) or not isinstance(args[1], tuple):
-        raise _fail("_rebuild_sparse_tensor takes (layout, data)")
+        raise _corrupt("_rebuild_sparse_tensor takes (layout, data)")
     layout, data = args
     names = {
         "torch.sparse_coo": ("indices", "values"),
@@ -253,25 +246,25 @@ def _rebuild_sparse(args: tuple[Any, ...]) -> Any:
         "torch.sparse_bsc": ("ccol_indices", "row_indices", "values"),
     }.get(layout)
     if names is None or len(data) < len(names) + 1:
-        raise _fail(f"unsupported sparse layout {layout!r}")
+        raise _corrupt(f"unsupported sparse layout {layout!r}")
     size = _dims(data[len(names)], "size")
     coalesced = data[3] if layout == "torch.sparse_coo" and len(data) > 3 else None
     if coalesced is not None and not isinstance(coalesced, bool):
-        raise _fail(f"sparse is_coalesced must be a bool, got {type(coalesced).__name__}")
+        raise _corrupt(f"sparse is_coalesced must be a bool, got {type(coalesced).__name__}")
     components = dict(zip(names, data))
     return SparseTensor(layout.removeprefix("torch."), size, components, coalesced)
 
 
 def _rebuild_nested(args: tuple[Any, ...]) -> NestedTensor:
     if len(args) != 4:
-        raise _fail(f"_rebuild_nested_tensor takes 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_nested_tensor takes 4 arguments, got {len(args)}")
     names = ("buffer", "sizes", "strides", "storage_offsets")
     return NestedTensor(dict(zip(names, args)))
 
 
 def _rebuild_device_tensor_from_cpu(args: tuple[Any, ...]) -> Any:
     if len(args) != 4:
-        raise _fail(f"_rebuild_device_tensor_from_cpu_tensor takes 4 arguments, got {len(args)}")
+        raise _corrupt(f"_rebuild_device_tensor_from_cpu_tensor takes 4 arguments, got {len(args)}")
     tensor = args[0]
     if isinstance(tensor, Tensor):
         tensor.requires_grad = bool(args[3])
@@ -280,13 +273,13 @@ def _rebuild_device_tensor_from_cpu(args: tuple[Any, ...]) -> Any:
 
 def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     if len(args) != 4 or not isinstance(args[0], NumpyArray):
-        raise _fail("_rebuild_device_tensor_from_numpy takes (ndarray, dtype, device, requires_grad)")
+        raise _corrupt("_rebuild_device_tensor_from_numpy takes (ndarray, dtype, device, requires_grad)")
     array, dtype = args[0], _dtype(args[1])
     if array.data is None:
-        raise _fail("numpy array without data")
+        raise _corrupt("numpy array without data")
     numel = math.prod(_dims(array.shape, "size"))
     if len(array.data) != numel * dtype.itemsize:
-        raise _fail(f"numpy data of {len(array.data)} bytes does not hold {numel} {dtype.name} elements")
+        raise _corrupt(f"numpy data of {len(array.data)} bytes does not hold {numel} {dtype.name} elements")
     byteorder = "big" if array.dtype.startswith(">") else "little"
     storage = Storage("inline", dtype, str(args[2]), numel, "pickle", size=len(array.data),
                       byteorder=byteorder, inline_data=array.data)
@@ -295,108 +288,6 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     else:
         stride = tuple(math.prod(array.shape[i + 1 :]) for i in range(len(array.shape)))
     return make_tensor(storage, 0, array.shape, stride, dtype, args[3])
-
-
-def _ordered_dict(args: tuple[Any, ...]) -> Any:
-    if not args:
-        return {}
-    return _dict_from_pairs(args[0])
-
-
-def _dict_from_pairs(pairs: Any) -> Any:
-    if isinstance(pairs, dict):
-        return dict(pairs)
-    if isinstance(pairs, list) and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
-        return {hashable_key(k): v for k, v in pairs}
-    return PickledObject(Global("collections", "OrderedDict"), (pairs,))
-
-
-def _set(kind: type) -> Handler:
-    def handler(args: tuple[Any, ...]) -> Any:
-        items = args[0] if args else []
-        if isinstance(items, (list, tuple, set, frozenset)):
-            return kind(hashable_key(v) for v in items)
-        return PickledObject(Global("builtins", kind.__name__), args)
-
-    return handler
-
-
-def _complex(args: tuple[Any, ...]) -> Any:
-    if len(args) == 2 and all(type(a) in (int, float) for a in args):
-        return complex(args[0], args[1])
-    return PickledObject(Global("builtins", "complex"), args)
-
-
-def _bytearray(args: tuple[Any, ...]) -> Any:
-    if not args:
-        return bytearray()
-    if isinstance(args[0], (bytes, bytearray)):
-        return bytearray(args[0])
-    if len(args) == 2 and isinstance(args[0], str) and args[1] == "latin-1":
-        return bytearray(args[0].encode("latin-1", "replace"))
-    return PickledObject(Global("builtins", "bytearray"), args)
-
-
-def _bytes(args: tuple[Any, ...]) -> Any:
-    # Protocols 0-2 pickle b"" as a call of bytes() with no arguments.
-    if not args:
-        return b""
-    return PickledObject(Global("builtins", "bytes"), args)
-
-
-def _codecs_encode(args: tuple[Any, ...]) -> Any:
-    if len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
-        return args[0].encode("latin-1", "replace")
-    return PickledObject(Global("_codecs", "encode"), args)
-
-
-def _torch_size(args: tuple[Any, ...]) -> Any:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        return tuple(args[0])
-    return PickledObject(Global("torch", "Size"), args)
-
-
-def _torch_device(args: tuple[Any, ...]) -> Any:
-    if len(args) == 1 and isinstance(args[0], str):
-        return Global("torch.device", args[0])
-    if len(args) == 2 and isinstance(args[0], str) and type(args[1]) is int:
-        return Global("torch.device", f"{args[0]}:{args[1]}")
-    return PickledObject(Global("torch", "device"), args)
-
-
-def _layout(args: tuple[Any, ...]) -> Any:
-    if len(args) == 1 and isinstance(args[0], str):
-        return args[0]
-    return PickledObject(Global("torch.serialization", "_get_layout"), args)
-
-
-def _first_argument(args: tuple[Any, ...]) -> Any:
-    return args[0] if args else None
-
-
-def _numpy_reconstruct(args: tuple[Any, ...]) -> NumpyArray:
-    return NumpyArray()
-
-
-def _numpy_dtype(args: tuple[Any, ...]) -> Any:
-    if args and isinstance(args[0], str):
-        return NumpyDType(args[0])
-    return PickledObject(Global("numpy", "dtype"), args)
-
-
-def _numpy_scalar(args: tuple[Any, ...]) -> Any:
-    if len(args) == 2 and isinstance(args[0], NumpyDType):
-        raw = args[1]
-        if isinstance(raw, str):
-            raw = raw.encode("latin-1", "replace")
-        descr = args[0].descr
-        if isinstance(raw, bytes) and _NUMPY_SCALAR_CODE.match(descr):
-            import numpy as np
-
-            dtype = np.dtype(descr)
-            if len(raw) == dtype.itemsize:
-                return np.frombuffer(raw, dtype=dtype)[0].item()
-    return PickledObject(Global("numpy.core.multiarray", "scalar"), args)
 
 
 _TORCH_UTILS: dict[str, Handler] = {
@@ -419,32 +310,7 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     **{("torch._utils", name): h for name, h in _TORCH_UTILS.items()},
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
     ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
-    ("collections", "OrderedDict"): _ordered_dict,
-    ("collections", "Counter"): _ordered_dict,
-    ("builtins", "set"): _set(set),
-    ("builtins", "frozenset"): _set(frozenset),
-    ("builtins", "complex"): _complex,
-    ("builtins", "bytearray"): _bytearray,
-    ("builtins", "bytes"): _bytes,
-    ("_codecs", "encode"): _codecs_encode,
-    ("torch", "Size"): _torch_size,
-    ("torch", "device"): _torch_device,
-    ("torch.serialization", "_get_layout"): _layout,
-    **{
-        ("torch.jit._pickle", name): _first_argument
-        for name in (
-            "build_intlist",
-            "build_tensorlist",
-            "build_doublelist",
-            "build_boollist",
-            "build_complexlist",
-            "build_tensor_from_id",
-            "restore_type_tag",
-        )
-    },
-    **{(m, "_reconstruct"): _numpy_reconstruct for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    **{(m, "scalar"): _numpy_scalar for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    ("numpy", "dtype"): _numpy_dtype,
+    **VALUE_HANDLERS,
 }
 
 

@@ -1,0 +1,44 @@
+"""Where a tensor's logical bytes lie in its source, when they lie there as they are.
+
+A tensor whose logical bytes are one stored range (contiguous, little-endian
+or byte-order free, uncompressed, not held in the pickle) has extents: the FUSE
+layer serves them as file-descriptor buffers and the sidecar lists them as
+``source_ranges``. Every other tensor must be gathered (``reading.tensor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptfs.model.records import Tensor
+from ckptfs.sources import ByteSource
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    source: ByteSource
+    offset: int
+    length: int
+
+
+def needs_gather(tensor: Tensor) -> bool:
+    """True when the tensor's logical bytes differ from a slice of its storage's (views, swaps, conj/neg)."""
+    storage = tensor.storage
+    swapped = storage is not None and storage.byteorder == "big" and tensor.dtype.swap_unit > 1
+    return not tensor.is_contiguous or swapped or tensor.conj or tensor.neg
+
+
+def stored_extents(tensor: Tensor) -> list[Extent] | None:
+    """The source ranges holding the tensor's logical bytes in order, or None when they must be gathered."""
+    storage = tensor.storage
+    if (storage is None or storage.source is None or not tensor.has_data or storage.compressed
+            or storage.inline_data is not None or needs_gather(tensor) or tensor.storage_offset % tensor.dtype.packing):
+        return None
+    start = storage.offset + tensor.storage_offset // tensor.dtype.packing * tensor.itemsize
+    return [Extent(storage.source, start, tensor.nbytes)]
+
+
+def source_ranges(tensor: Tensor) -> list[list[int]] | None:
+    """``[[start, end], …]``: the stored extents as the sidecar shows them."""
+    extents = stored_extents(tensor)
+    return None if extents is None else [[e.offset, e.offset + e.length] for e in extents]

@@ -1,0 +1,48 @@
+"""Byte ranges of storages: ranged reads of the source, once each storage's framing is checked."""
+
+from __future__ import annotations
+
+import threading
+
+from ckptfs.errors import CorruptCheckpointError
+from ckptfs.formats.parsed import ParsedCheckpoint
+from ckptfs.model.records import Storage
+from ckptfs.sources import ByteSource
+
+
+class StorageReader:
+    """Reads byte ranges of storages, checking each storage's framing once (thread-safe)."""
+
+    def __init__(self, source: ByteSource, parsed: ParsedCheckpoint) -> None:
+        self.source = source
+        self.parsed = parsed
+        self._verified: set[int] = set()
+        self._inflated: dict[int, bytes] = {}
+        """The last record inflated: reads of one compressed tensor come in a row."""
+        self._lock = threading.Lock()
+
+    def read(self, storage: Storage, offset: int, length: int) -> bytes:
+        if offset < 0 or offset + length > storage.nbytes:
+            raise CorruptCheckpointError(f"read past the end of storage {storage.key!r}")
+        if storage.inline_data is not None:
+            return storage.inline_data[offset : offset + length]
+        self.verify(storage)
+        if storage.compressed:
+            return self._inflate(storage)[offset : offset + length]
+        return self.source.read(storage.offset + offset, length)
+
+    def verify(self, storage: Storage) -> None:
+        """The format's framing check of ``storage``, the first time it is asked for."""
+        if id(storage) in self._verified:
+            return
+        self.parsed.verify(storage)
+        with self._lock:
+            self._verified.add(id(storage))
+
+    def _inflate(self, storage: Storage) -> bytes:
+        data = self._inflated.get(id(storage))
+        if data is None:
+            data = self.parsed.inflate(storage)
+            with self._lock:
+                self._inflated = {id(storage): data}
+        return data

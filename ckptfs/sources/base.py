@@ -1,0 +1,47 @@
+"""What every byte source offers: a size, positioned reads, the file's attributes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStat:
+    """The attributes a mount shows for its files: owner, permission bits and times of the source."""
+
+    size: int
+    mode: int
+    uid: int
+    gid: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> SourceStat:
+        return cls(st.st_size, st.st_mode, st.st_uid, st.st_gid, st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class ByteSource(Protocol):
+    name: str
+    size: int
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset``; raises SourceError when short."""
+        ...
+
+    def fileno(self) -> int | None:
+        """A file descriptor holding these bytes at the same offsets, for zero-copy reads, or None."""
+        ...
+
+    def stat(self) -> SourceStat | None:
+        """The source's attributes, or None where it has none (bytes in memory)."""
+        ...
+
+    def reopen(self) -> None:
+        """Called in a process forked after opening: re-creates what a child cannot share (network sessions)."""
+        ...
+
+    def close(self) -> None: ...
