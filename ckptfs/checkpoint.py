@@ -9,14 +9,14 @@ from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import directory_error, open_parsed
 from ckptfs.formats.parsed import ParsedCheckpoint
 from ckptfs.limits import Limits
+from ckptfs.model.encoding import key_size
 from ckptfs.model.records import Key, Storage, Tensor
-from ckptfs.pathtext import key_size
+from ckptfs.model.trails import TrailCache
+from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
 from ckptfs.sources import ByteSource, open_source
-from ckptfs.model.trails import TrailCache
-from ckptfs.model.tree import child_at, walk
 
 if TYPE_CHECKING:
     import numpy as np

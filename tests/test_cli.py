@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import ckptfs
-from ckptfs.cli import build_parser
+from ckptfs.cli.main import build_parser
 from ckptfs.limits import parse_quantity
 from corpus import CorpusFile, Expected, TensorPath, dtype_name, save_zip, torch_bytes
 

@@ -16,7 +16,7 @@ from torch import nn
 
 import ckptfs
 from checks import check_checkpoint
-from ckptfs.describe import source_ranges
+from ckptfs.fs.describe import source_ranges
 from corpus import (
     ALL_DTYPES,
     BASE_SHAPE,

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import ckptfs
-from ckptfs import Limits, fuse_ops
-from ckptfs.layout import Dir, Layout
+from ckptfs import Limits
+from ckptfs.fuse import operations as fuse_ops
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Dir
 from corpus import save_zip
 
 

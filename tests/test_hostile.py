@@ -13,7 +13,7 @@ import torch
 from corpus import save_zip, write_raw_archive
 
 import ckptfs
-from ckptfs.describe import encode_tree
+from ckptfs.fs.describe import encode_tree
 from ckptfs.errors import LimitExceededError, UnpicklingError
 from ckptfs.pickle.values import Global, PickledObject
 

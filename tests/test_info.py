@@ -13,8 +13,8 @@ import torch
 
 import ckptfs
 from ckptfs import LimitExceededError, Limits
-from ckptfs.describe import encode_tree, json_text, tensor_metadata
-from ckptfs.info import description_text, indented, summary
+from ckptfs.fs.describe import encode_tree, json_text, tensor_metadata
+from ckptfs.cli.info import description_text, indented, summary
 from corpus import CORPUS_NAMES, CorpusFile, save_zip
 
 

@@ -14,26 +14,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import ckptfs
-from ckptfs.describe import encode_key, encode_leaf, tensor_metadata
-from ckptfs.layout import (
-    CONTROL_DIR,
-    INDEX_NAME,
-    MAX_NAME_BYTES,
-    META_SUFFIX,
-    RESERVED_SUFFIXES,
-    ROOT_VALUE_NAME,
-    Dir,
-    Kind,
-    Layout,
-    Node,
-    child_names,
-    entry_name,
-    key_of_name,
-    value_bytes,
-)
+import ckptfs.fs.layout
+from ckptfs.fs.describe import tensor_metadata
+from ckptfs.model.encoding import encode_key, encode_leaf
+from ckptfs.fs.files import value_bytes
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, MAX_NAME_BYTES, RESERVED_SUFFIXES, ROOT_VALUE_NAME, child_names, entry_name, key_of_name
+from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.views import SIDECAR_SUFFIX
 from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.pickle.values import PickledObject
-from ckptfs.sidecar import SidecarMaker
+from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.tree import children
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
 from index_files import files_by_id
@@ -50,7 +41,7 @@ _keys = st.one_of(
 def test_names_are_legal_and_decode_to_their_key(key: Any, beside_int: bool) -> None:
     name = entry_name(key, beside_int=beside_int and type(key) is str)
     raw = name.encode("utf-8")
-    assert 0 < len(raw) <= MAX_NAME_BYTES and len(raw + META_SUFFIX.encode()) <= 255
+    assert 0 < len(raw) <= MAX_NAME_BYTES and len(raw + SIDECAR_SUFFIX.encode()) <= 255
     assert "/" not in name and "\0" not in name and not name.startswith(".")
     assert not name.endswith(RESERVED_SUFFIXES)
     assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
@@ -215,7 +206,7 @@ def test_shared_reference_bomb_is_small(tmp_path: Path) -> None:
 
 
 def test_lookup_resolves_deep_paths_with_a_bounded_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ckptfs.layout, "DIR_CACHE_SIZE", 8)
+    monkeypatch.setattr(ckptfs.fs.layout, "DIR_CACHE_SIZE", 8)
     path = write_raw_archive(tmp_path / "deep.pt", b"\x80\x02" + b"]" * 30 + b"K\x07" + b"a" * 30 + b".")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
@@ -249,10 +240,10 @@ def test_root_that_is_a_tensor(tmp_path: Path) -> None:
     path = save_zip(torch.arange(4, dtype=torch.int32), tmp_path / "t.pt")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
-        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + META_SUFFIX]
+        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + SIDECAR_SUFFIX]
         index = json.loads(layout.index_bytes())
         assert index["tensors"] == [{"id": 1, "parent": 0, "path": [], "file": ROOT_VALUE_NAME,
-                                     "sidecar": ROOT_VALUE_NAME + META_SUFFIX, "dtype": "int32", "shape": [4],
+                                     "sidecar": ROOT_VALUE_NAME + SIDECAR_SUFFIX, "dtype": "int32", "shape": [4],
                                      "nbytes": 16}]
         assert index["entries"] == [{"id": 0, "name": "", "kind": "dir"}]
 
@@ -364,11 +355,11 @@ def test_random_trees(tmp_path: Path, shape: dict[Any, Any]) -> None:
                 names = [n.name for n in layout.listing(node)]
                 assert len(set(names)) == len(names)
                 stack.extend(layout.listing(node))
-            elif node.kind in (Kind.LINK, Kind.META_LINK):
+            elif node.kind in (Kind.LINK, Kind.VIEW_LINK):
                 target = layout.link_target(node)
                 assert node.parent is not None
                 resolved = layout.lookup("/" + resolve(layout.path_of(node.parent), target))
-                assert resolved is not None and resolved.kind in (Kind.DIR, Kind.TENSOR, Kind.META)
+                assert resolved is not None and resolved.kind in (Kind.DIR, Kind.TENSOR, Kind.VIEW)
         index = json.loads(layout.index_bytes())
         assert [t["path"] for t in index["tensors"]] == [[encode_key(k) for k in t.path] for t in ck.tensors]
         for listed, tensor in zip(index["tensors"], ck.tensors):

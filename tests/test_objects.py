@@ -18,14 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import ckptfs
-from ckptfs import LimitExceededError, Limits
-from ckptfs.describe import TextBudget, encode_tree
-from ckptfs.layout import Layout
-from ckptfs.model.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
-from ckptfs.pickle.unpickler import load_at
-from ckptfs.pickle.values import Global, PickledObject
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import (
     APPENDS,
@@ -40,11 +32,18 @@ from hostile.picklegen import (
     dct,
     glob,
     i,
-    lst,
     s,
     tup,
 )
 from hostile.picklegen import pickle as make_pickle
+
+import ckptfs
+from ckptfs import LimitExceededError, Limits
+from ckptfs.fs.describe import TextBudget, encode_tree
+from ckptfs.fs.layout import Layout
+from ckptfs.model.tree import ARGS_KEY, CALLABLE_KEY, KWARGS_KEY, STATE_KEY, children
+from ckptfs.pickle.unpickler import load_at
+from ckptfs.pickle.values import Global, PickledObject
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 LS_LA = make_pickle(call(glob("posix", "system"), s("ls -la")))

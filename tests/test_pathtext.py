@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 import ckptfs
 from ckptfs import LimitExceededError, Limits
-from ckptfs.describe import encode_key
-from ckptfs.layout import Layout
+from ckptfs.model.encoding import encode_key
+from ckptfs.fs.layout import Layout
 from ckptfs.model import trails as trail_cache
-from ckptfs.pathtext import PathTexts
+from ckptfs.fs.pathtext import PathTexts
 from hostile.cases import FLOATS
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import EMPTY_DICT, SETITEM, get, i, ints, pickle, put, s, storage_pid, tensor_v2

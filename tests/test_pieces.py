@@ -7,7 +7,7 @@ import ctypes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptfs import libfuse
+from ckptfs.fuse import bindings as libfuse
 from ckptfs.fs.pieces import Content, Literal, Part
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import ckptfs
 from ckptfs import CkptfsError
-from ckptfs.describe import encode_tree
+from ckptfs.fs.describe import encode_tree
 from ckptfs.pickle import tensor_record
 
 NEVER = re.compile(rb"(?!)")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import ckptfs
-from ckptfs.describe import encode_tree
+from ckptfs.fs.describe import encode_tree
 from ckptfs.errors import (
     CkptfsError,
     CorruptCheckpointError,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import ckptfs
 from ckptfs.errors import CkptfsError, LimitExceededError
-from ckptfs.info import description_text
+from ckptfs.cli.info import description_text
 from hostile.conftest import MEMORY_BOUND, TIME_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"

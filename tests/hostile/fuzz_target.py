@@ -16,9 +16,10 @@ import zlib
 
 import ckptfs
 from ckptfs.errors import CkptfsError
-from ckptfs.info import description_text
-from ckptfs.layout import Dir, Kind, Layout
-from ckptfs.listing import json_lines, listed, text_lines
+from ckptfs.cli.info import description_text
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Dir, Kind
+from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000
@@ -70,7 +71,7 @@ def _mount_walk(ck: ckptfs.Checkpoint) -> None:
             layout.size(node)
             if isinstance(node, Dir):
                 pending.append(node)
-            elif node.kind in (Kind.VALUE, Kind.META):
+            elif node.kind in (Kind.VALUE, Kind.VIEW):
                 layout.content(node)
     layout.index_bytes()
 

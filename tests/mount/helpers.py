@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ckptfs.describe import encode_key
+from ckptfs.model.encoding import encode_key
 from index_files import file_of_path
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]

@@ -113,10 +113,10 @@ def test_log_file_as_a_mount_option(tmp_path: Path, mounter: Mounter) -> None:
 
 SYSLOG_CLIENT = """
 import logging, sys
-from ckptfs import daemon_log
+from ckptfs.fuse import daemon_log
 print(daemon_log.log_to_syslog(False, sys.argv[1]), flush=True)
-logging.getLogger("ckptfs.mount").error("/b: read of 4096 bytes at offset 0: the source was truncated")
-logging.getLogger("ckptfs.mount").info("not logged")
+logging.getLogger("ckptfs.fuse.mount").error("/b: read of 4096 bytes at offset 0: the source was truncated")
+logging.getLogger("ckptfs.fuse.mount").info("not logged")
 """
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from corpus import save_zip
-from ckptfs.mount import device_access_problem
+from ckptfs.fuse.mount import device_access_problem
 from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.users import as_user, nobody, root_only
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 import ckptfs
-from ckptfs.describe import encode_key, tensor_metadata
-from ckptfs.layout import entry_name
+from ckptfs.fs.describe import tensor_metadata
+from ckptfs.model.encoding import encode_key
+from ckptfs.fs.names import entry_name
 from index_files import files_by_id
 from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
 from mount.helpers import Mounter

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from corpus import save_zip
-from ckptfs.unmount import BUSY_HINT, explain
+from ckptfs.fuse.unmount import BUSY_HINT, explain
 from mount.helpers import CLI, Mounter, mount_points, run_cli
 from mount.test_lifecycle import assert_one_line_error
 from mount.users import as_user, nobody, root_only

@@ -14,13 +14,13 @@ import re
 from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.describe import TextBudget, encode_tree, json_text
+from ckptfs.fs.describe import TextBudget, encode_tree, json_text
 from ckptfs.errors import CkptfsError, LimitExceededError
-from ckptfs.jsontext import dumps
+from ckptfs.model.jsontext import dumps
 from ckptfs.model.records import Tensor
-from ckptfs.pathtext import PathTexts
-from ckptfs.printable import printable
-from ckptfs.sidecar import SidecarMaker
+from ckptfs.fs.pathtext import PathTexts
+from ckptfs.cli.printable import printable
+from ckptfs.fs.sidecar import SidecarMaker
 
 FORMAT_NAMES = {
     "zip": "torch.save zip archive (torch >= 1.6)",
@@ -73,7 +73,7 @@ def description_text(ck: Checkpoint) -> str:
 
 def overview(ck: Checkpoint) -> list[str]:
     """``ckptfs info``: ``label:  value`` lines for people; lists continue on lines of their own, indented."""
-    from ckptfs.listing import human_size
+    from ckptfs.cli.listing import human_size
 
     tensors = ck.tensors
     total = sum(t.nbytes for t in tensors)
@@ -105,7 +105,7 @@ def overview(ck: Checkpoint) -> list[str]:
 
 def _dtype_lines(tensors: list[Tensor]) -> list[str]:
     """``DTYPE  N tensors  SIZE``, the most bytes first."""
-    from ckptfs.listing import human_size
+    from ckptfs.cli.listing import human_size
 
     counts: dict[str, list[int]] = {}
     for tensor in tensors:

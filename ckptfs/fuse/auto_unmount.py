@@ -17,8 +17,8 @@ import os
 import subprocess
 import sys
 
-from ckptfs.mount_table import FSTYPE, find_mount, is_dead
-from ckptfs.unmount import run_unmount
+from ckptfs.fuse.mount_table import FSTYPE, find_mount, is_dead
+from ckptfs.fuse.unmount import run_unmount
 
 _watchers: list[subprocess.Popen[bytes]] = []
 """Kept so that no ``Popen`` is collected while its watcher runs; this process never waits for them."""
@@ -28,7 +28,7 @@ def start_watcher(target: str) -> None:
     """Starts the watcher of ``target`` for this process (the daemon serving it)."""
     read_end, write_end = os.pipe()  # both non-inheritable: no child of the daemon keeps the write end
     _watchers.append(subprocess.Popen(
-        [sys.executable, "-m", "ckptfs.auto_unmount", target, str(read_end)], pass_fds=(read_end,),
+        [sys.executable, "-m", "ckptfs.fuse.auto_unmount", target, str(read_end)], pass_fds=(read_end,),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
         start_new_session=True))  # a terminal's Ctrl-C (ckptfs mount -f) is not for the watcher
     os.close(read_end)

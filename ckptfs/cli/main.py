@@ -12,12 +12,12 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError
-from ckptfs.info import description_text, indented, overview
+from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_quantity
-from ckptfs.listing import json_lines, listed, text_lines
-from ckptfs.mount import MountOptions, mount, unmount
-from ckptfs.printable import printable
-from ckptfs.progress import ProgressLine
+from ckptfs.cli.listing import json_lines, listed, text_lines
+from ckptfs.fuse.mount import MountOptions, mount, unmount
+from ckptfs.cli.printable import printable
+from ckptfs.cli.progress import ProgressLine
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
@@ -92,7 +92,7 @@ def _write(texts: Iterable[str]) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    from ckptfs.mount_options import group_id, user_id, with_options
+    from ckptfs.fuse.mount_options import group_id, user_id, with_options
 
     options = MountOptions(
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
@@ -117,7 +117,7 @@ def cmd_umount(args: argparse.Namespace) -> int:
 def cmd_mounts(args: argparse.Namespace) -> int:
     import json
 
-    from ckptfs.mount_table import ckptfs_mounts
+    from ckptfs.fuse.mount_table import ckptfs_mounts
 
     for entry in ckptfs_mounts():
         if args.json:

@@ -47,9 +47,9 @@ def _tensors(frame: FrameType) -> str:
 def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
-    from ckptfs.info import description_text, indented
-    from ckptfs.layout import Layout
-    from ckptfs.listing import tensor_files
+    from ckptfs.cli.info import description_text, indented
+    from ckptfs.fs.layout import Layout
+    from ckptfs.cli.listing import tensor_files
     from ckptfs.pickle.unpickler import SafeUnpickler
 
     def says(text: str) -> Describe:

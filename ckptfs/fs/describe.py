@@ -10,29 +10,21 @@ before, by its path) and ``$repr`` (a bounded repr: an object used as a key).
 
 from __future__ import annotations
 
-import base64
 import json
-import math
 import sys
 from typing import Any, Callable, TypeVar
 
 from ckptfs.errors import LimitExceededError
-from ckptfs.jsontext import dumps, scalar_text
+from ckptfs.model.encoding import encode_key, encode_leaf, has_surrogates
+from ckptfs.model.jsontext import dumps, scalar_text
 from ckptfs.model.records import NestedTensor, SparseTensor, Tensor, Trail
 from ckptfs.model.trails import key_lists
 from ckptfs.model.tree import children, is_container
-from ckptfs.model.values import NumpyArray
-from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
+from ckptfs.pickle.values import PickledObject
 from ckptfs.reading.extents import source_ranges
 
-JSON_SAFE_INT = 1 << 53
 RECURSION_LIMIT = 20_000
 """Enough for trees as deep as ``max_tree_depth``'s default allows, many times over."""
-SET_DEPTH = 8
-"""Sets nested deeper than this inside a set are shown as ``$repr``; sets are leaves, not walked."""
-SET_TEXT = 1 << 16
-"""Sets holding more text than this (strings and bytes, counted with repeats) are shown as ``$repr``:
-a set's elements can be one long string's references, and every listing of it would spell them out."""
 
 
 def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
@@ -91,17 +83,6 @@ def _tensor_ref(tensor: Tensor | None) -> dict[str, Any] | None:
     if tensor is None:
         return None
     return {"$tensor": {k: v for k, v in tensor_metadata(tensor).items() if k != "path"}}
-
-
-def encode_key(key: Any) -> Any:
-    """A path element as JSON: str and int as themselves, anything else encoded."""
-    if isinstance(key, str) and not _has_surrogates(key):
-        return key
-    if type(key) is int and abs(key) < JSON_SAFE_INT:
-        return key
-    if type(key) is tuple:
-        return {"$tuple": [encode_key(k) for k in key]}
-    return encode_leaf(key)
 
 
 class TextBudget:
@@ -201,7 +182,7 @@ class _Encoder:
         if isinstance(value, tuple):
             return {"$tuple": [v for _, v in items]}
         if isinstance(value, dict):
-            if all(isinstance(k, str) and not k.startswith("$") and not _has_surrogates(k) for k, _ in items):
+            if all(isinstance(k, str) and not k.startswith("$") and not has_surrogates(k) for k, _ in items):
                 return dict(items)
             return {"$dict": [[k, v] for k, v in items]}
         if isinstance(value, SparseTensor):
@@ -213,52 +194,3 @@ class _Encoder:
         return {"$object": {"class": value.class_name, "children": [[k, v] for k, v in items]}}
 
 
-def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
-    """A non-container value as JSON (see the module docstring for the ``$`` forms)."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value if abs(value) < JSON_SAFE_INT else {"$int": str(value)}
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"$float": repr(value)}
-    if isinstance(value, str):
-        return value if not _has_surrogates(value) else {"$str": base64.b64encode(
-            value.encode("utf-8", "surrogatepass")).decode("ascii")}
-    if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, complex):
-        return {"$complex": [encode_leaf(value.real), encode_leaf(value.imag)]}
-    if isinstance(value, Global):
-        return {"$global": value.qualname}
-    if isinstance(value, (set, frozenset)) and set_depth > 0 and _text_within(value, SET_TEXT):
-        return {"$set": sorted((encode_leaf(v, set_depth - 1) for v in value), key=repr)}
-    if isinstance(value, UnhashableKey):
-        return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": short_repr(value.value, 200)}
-    if isinstance(value, NumpyArray):
-        return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
-                             "data": base64.b64encode(value.data or b"").decode("ascii")}}
-    return {"$repr": short_repr(value, 200)}
-
-
-def _text_within(value: Any, limit: int) -> bool:
-    """Whether the strings, bytes and elements inside ``value`` (a set: sets and tuples in it walked) come to
-    at most ``limit`` characters, counting each element at least 8."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, (set, frozenset, tuple)):
-            limit -= 8 * len(item)
-            pending.extend(item)
-        elif isinstance(item, (str, bytes)):
-            limit -= len(item) * (2 if isinstance(item, bytes) else 1)
-        if limit < 0:
-            return False
-    return True
-
-
-def _has_surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False

@@ -16,8 +16,8 @@ import sys
 from typing import NoReturn
 
 from ckptfs.errors import CkptfsError
-from ckptfs.mount import mount
-from ckptfs.mount_options import MountOptions, with_options
+from ckptfs.fuse.mount import mount
+from ckptfs.fuse.mount_options import MountOptions, with_options
 
 FAILED = 32
 """mount(8)'s status for a mount failure (1: bad usage)."""

@@ -11,21 +11,12 @@ opening a checkpoint sums them along every path (``max_key_bytes``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from ckptfs.describe import encode_key
 from ckptfs.errors import LimitExceededError
-from ckptfs.jsontext import quote, scalar_text
-from ckptfs.model.records import Key, Trail
+from ckptfs.model.encoding import key_text
+from ckptfs.model.records import Trail
 from ckptfs.model.trails import key_lists
 
 SEPARATOR = ", "
-
-
-def key_text(key: Key) -> str:
-    if type(key) is str and key.isascii():  # no surrogates: the key is its own JSON value
-        return quote(key)
-    return scalar_text(encode_key(key))
 
 
 class PathTexts:
@@ -52,16 +43,6 @@ class PathTexts:
         if len(prefix) + len(own) + 1 > self.max_bytes:
             raise _too_long(self.max_bytes)
         return prefix + own + "]"
-
-
-def key_size(key: Any) -> int:
-    """About the length of a key's JSON text: exact for str keys without escapes, and for ints."""
-    kind = type(key)
-    if kind is str:
-        return len(key) + 2
-    if kind is int:
-        return len(int.__repr__(key))
-    return len(key_text(key))
 
 
 def _too_long(max_bytes: int) -> LimitExceededError:

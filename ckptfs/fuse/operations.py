@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import array
 import ctypes
-import functools
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -24,18 +24,18 @@ import stat
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
-from ckptfs import libfuse
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError, SourceError
-from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, tensor_pieces
-from ckptfs.layout import Dir, Kind, Layout, Node
-from ckptfs.model.records import Tensor
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.pieces import Content, Part, SourceBytes, TensorBytes
+from ckptfs.fuse import bindings as libfuse
 from ckptfs.sources import SourceStat
 
 mfusepy = libfuse.load_mfusepy()
 
-log = logging.getLogger("ckptfs.mount")
+log = logging.getLogger("ckptfs.fuse.mount")
 
 MAX_REQUEST = 1 << 20
 """Largest read request libfuse3 and the kernel exchange."""
@@ -108,7 +108,7 @@ class CheckpointFS:
             readable, searchable = 0o444 & ~umask, 0o111 & ~umask
         link_mode, dir_mode = stat.S_IFLNK | 0o777, stat.S_IFDIR | readable | searchable
         self._modes = {kind: dir_mode if kind is Kind.DIR else
-                       link_mode if kind is Kind.LINK or kind is Kind.META_LINK else stat.S_IFREG | readable
+                       link_mode if kind is Kind.LINK or kind is Kind.VIEW_LINK else stat.S_IFREG | readable
                        for kind in Kind}
         """``st_mode`` by kind of entry."""
 
@@ -213,7 +213,7 @@ class CheckpointFS:
         node = self.layout.lookup(path)
         if node is None:
             raise _FuseOSError(errno.ENOENT)
-        if node.kind is not Kind.LINK and node.kind is not Kind.META_LINK:
+        if node.kind is not Kind.LINK and node.kind is not Kind.VIEW_LINK:
             raise _FuseOSError(errno.EINVAL)
         return self.layout.link_target(node)
 
@@ -237,14 +237,10 @@ class CheckpointFS:
         return handle
 
     def _open(self, path: str, node: Node) -> OpenFile:
-        if node.kind is not Kind.TENSOR:
-            return OpenFile(path, Content([Literal(self.layout.content(node))]))
-        tensor: Tensor = node.value
-        size = self._size(node)
-        extents = self.checkpoint.extents(tensor) if size else None
-        content = Content(tensor_pieces(tensor, extents), size)
-        if extents is not None and len(extents) == 1 and (fd := extents[0].source.fileno()) is not None:
-            return OpenFile(path, content, fd=fd, start=extents[0].offset)
+        content = Content(self.layout.pieces(node), self._size(node))
+        first = content.pieces[0] if len(content.pieces) == 1 else None
+        if isinstance(first, SourceBytes) and (fd := first.extent.source.fileno()) is not None:
+            return OpenFile(path, content, fd=fd, start=first.extent.offset)
         return OpenFile(path, content)
 
     def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ckptfs.describe import tensor_metadata
-from ckptfs.jsontext import dumps, quote
+from ckptfs.fs.describe import tensor_metadata
+from ckptfs.fs.pathtext import PathTexts
 from ckptfs.limits import Limits
+from ckptfs.model.jsontext import dumps, quote
 from ckptfs.model.records import Tensor
-from ckptfs.pathtext import PathTexts
 from ckptfs.reading.extents import source_ranges
 
 _STORAGE_FIELDS = ("key", "record", "offset")

@@ -5,7 +5,7 @@ foreground) forks a detached daemon that mounts and serves. The caller returns
 only once the mount answers a ``stat``; until then the daemon's stderr is a
 pipe to the caller, so whatever stops it (libfuse's own complaints included)
 becomes the caller's one-line error. Afterwards the daemon logs as
-``ckptfs.daemon_log`` says.
+``ckptfs.fuse.daemon_log`` says.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ import traceback
 import warnings
 from typing import Callable, NoReturn
 
-from ckptfs import daemon_log
-from ckptfs.auto_unmount import start_watcher
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError
-from ckptfs.layout import Layout
-from ckptfs.libfuse import INSTALL_HINT
+from ckptfs.fs.layout import Layout
+from ckptfs.fuse import daemon_log
+from ckptfs.fuse.auto_unmount import start_watcher
+from ckptfs.fuse.bindings import INSTALL_HINT
+from ckptfs.fuse.mount_options import MountOptions, libfuse_flags
+from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
+from ckptfs.fuse.unmount import run_unmount, unmount
 from ckptfs.limits import Limits
-from ckptfs.mount_options import MountOptions, libfuse_flags
-from ckptfs.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
-from ckptfs.unmount import run_unmount, unmount
 
 __all__ = ["MountOptions", "mount", "unmount"]
 
@@ -111,7 +111,9 @@ def _log_in_background(log_fd: int | None, debug: bool) -> None:
 
 
 def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOptions, notify: Notify | None) -> None:
-    from ckptfs import fuse_ops  # here, not at the top: it loads libfuse3, which ls and info do without
+    from ckptfs.fuse import (
+        operations as fuse_ops,  # here, not at the top: it loads libfuse3, which ls and info do without
+    )
 
     def on_init() -> None:
         threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
@@ -237,7 +239,7 @@ def check_fuse() -> None:
         raise MountError(f"FUSE is not available: {device_access_problem(FUSE_DEVICE, os.stat(FUSE_DEVICE))}")
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:
         raise MountError(f"FUSE is not available: fusermount3 is missing; {INSTALL_HINT}")
-    importlib.import_module("ckptfs.fuse_ops")  # loads libfuse3, or says how to install it
+    importlib.import_module("ckptfs.fuse.operations")  # loads libfuse3, or says how to install it
 
 
 def device_access_problem(device: str, st: os.stat_result) -> str:

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 
 from ckptfs.errors import MountError
-from ckptfs.libfuse import INSTALL_HINT
-from ckptfs.mount_table import FSTYPE, absolute_mountpoint, find_mount, is_dead
+from ckptfs.fuse.bindings import INSTALL_HINT
+from ckptfs.fuse.mount_table import FSTYPE, absolute_mountpoint, find_mount, is_dead
 
 BUSY_HINT = "busy, in use (an open file or a process's working directory; ckptfs umount -l detaches it now)"
 

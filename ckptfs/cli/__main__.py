@@ -1,0 +1,3 @@
+from ckptfs.cli.main import run
+
+run()

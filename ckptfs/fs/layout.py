@@ -1,0 +1,318 @@
+"""The mounted tree: entry names, directories with stable inode numbers, links, sidecars and the index.
+
+Pure — nothing here knows FUSE. ``fuse_ops`` serves what a ``Layout`` describes.
+
+What the mount shows
+--------------------
+* Every container of the checkpoint's object tree (dict, list, tuple, pickled
+  object such as a TorchScript module, sparse or nested tensor) is a directory.
+* Every tensor is a regular file holding its logical bytes in C order, with a
+  sidecar ``NAME.json`` next to it: its metadata as ``ckptfs info --json`` gives it.
+* Every other value is a small file: text and a newline for str, int, float,
+  bool and None (``3``, ``0.001``, ``True``, ``None``), the raw bytes for
+  bytes, JSON (``ckptfs info``'s ``$`` forms) for anything else.
+* A pickled object of a class ckptfs does not interpret holds all the pickle
+  gave it (``tree.children``): ``__callable__`` when that is another call's
+  result, ``__args__``, ``__kwargs__``, items set on it, and its state's
+  attributes (a TorchScript module's) or ``__state__``.
+* An object met again (the same tensor or container reachable twice, or a
+  cycle) is shown once, at its first path in pickle order; every later
+  occurrence is a relative symlink to it (a tensor's sidecar too).
+* ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
+  API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
+  and every other entry (directories, values, links). Each tensor and entry
+  has an ``id`` (pre-order; the root directory is 0) and its ``parent``'s id;
+  entries give their own ``key`` and ``name`` only, a link its ``target``'s
+  id, a value its file's ``size`` (and the ``value`` itself up to 256 bytes),
+  so the index grows with the number of entries and not with their depth or size.
+* A checkpoint whose root object is not a container (``torch.save(tensor)``)
+  shows that object as ``/%root``.
+
+Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
+
+Inode numbers are stable across mounts of the same file: each container gets
+a block of numbers in walk order, four per child (the entry, its sidecar and
+two for later views).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ckptfs.checkpoint import Checkpoint
+from ckptfs.collector import gc_paused
+from ckptfs.fs.files import value_bytes
+from ckptfs.fs.index import make_index
+from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
+from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
+from ckptfs.fs.pathtext import PathTexts
+from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
+from ckptfs.fs.views import views
+from ckptfs.model.records import Key, Tensor
+from ckptfs.model.tree import children, is_container
+
+ROOT_INO = 1
+CONTROL_DIR_INO = 2
+INDEX_INO = 3
+FIRST_BLOCK_INO = 16
+SLOTS = 4
+"""Inode numbers per child: the entry and its views (``fs.views``: the sidecar, two kept for later views)."""
+CACHED_VALUE_SIZES = 4096
+"""Values whose file sizes ``Layout`` remembers by identity."""
+DIR_CACHE_SIZE = 4096
+"""Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
+
+class Layout:
+    """The directory tree of one checkpoint, built lazily, a directory at a time."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        self.checkpoint = checkpoint
+        root = checkpoint.root
+        self.boxed = not is_container(root)
+        """The root object is not a container: it is shown as ``/%root``."""
+        top = [root] if self.boxed else root
+        self._kids: dict[int, list[tuple[Key, Any]]] = {}
+        self._home: dict[int, tuple[Any, int]] = {}
+        self._block: dict[int, int] = {}
+        self._dirs: dict[str, Dir] = {}
+        self._walk(top)
+        self.root = Dir(ROOT_INO, "", None, None, top)
+        self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
+        index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)
+        self.control.entries = {INDEX_NAME: index}
+        self.control.listing = [index]
+        self._lock = threading.RLock()
+        self._index: bytearray | None = None
+        self._value_sizes: dict[int, tuple[Any, int]] = {}
+        self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
+        self.views = views(self.paths)
+
+    def _walk(self, top: Any) -> None:
+        """Finds each shared object's first place and gives each container its inode block.
+
+        Pre-order, children in pickle order, like ``tree.walk``: the first place
+        found is the path ``Checkpoint`` gives the tensor.
+        """
+        next_block = FIRST_BLOCK_INO
+        stack: list[tuple[Any, Any, int]] = [(top, None, -1)]
+        home, kids, block = self._home, self._kids, self._block
+        while stack:
+            value, parent, index = stack.pop()
+            if id(value) in home:
+                continue
+            home[id(value)] = (parent, index)
+            if not is_container(value):
+                continue
+            pairs = children(value)
+            kids[id(value)] = pairs
+            block[id(value)] = next_block
+            next_block += SLOTS * len(pairs)
+            for position in range(len(pairs) - 1, -1, -1):
+                child = pairs[position][1]
+                if (isinstance(child, Tensor) or is_container(child)) and id(child) not in home:
+                    stack.append((child, value, position))
+
+    # -- navigation ------------------------------------------------------------
+
+    def lookup(self, path: str) -> Node | None:
+        """The node at an absolute path inside the mount (``/`` is the root), or None."""
+        if path == "/":
+            return self.root
+        parent, _, name = path.rpartition("/")
+        directory = self._directory(parent)
+        return None if directory is None else self.entries(directory).get(name)
+
+    def _directory(self, path: str) -> Dir | None:
+        """The directory at ``path`` (``""`` for the root), or None.
+
+        Every FUSE request names its full path: resolving it from the nearest
+        cached ancestor keeps a request's cost from growing with its depth.
+        """
+        unresolved: list[tuple[str, str]] = []
+        node = self._dirs.get(path)
+        while node is None and path:
+            parent, _, name = path.rpartition("/")
+            unresolved.append((path, name))
+            path = parent
+            node = self._dirs.get(path)
+        if node is None:
+            node = self.root
+        for full, name in reversed(unresolved):
+            child = self.entries(node).get(name)
+            if not isinstance(child, Dir):
+                return None
+            if len(self._dirs) >= DIR_CACHE_SIZE:
+                # Starting over rather than evicting one at a time: cheap, thread-safe, and still bounded.
+                self._dirs.clear()
+            self._dirs[full] = node = child
+        return node
+
+    def entries(self, directory: Dir) -> dict[str, Node]:
+        if directory.entries is None:
+            with self._lock, gc_paused():
+                if directory.entries is None:
+                    self._build(directory)
+        assert directory.entries is not None
+        return directory.entries
+
+    def listing(self, directory: Dir) -> list[Node]:
+        self.entries(directory)
+        return directory.listing
+
+    def children(self, directory: Dir) -> list[Node]:
+        """One node per child of the directory's container, by position: no sidecars, no ``.ckptfs``."""
+        self.entries(directory)
+        return directory.children
+
+    def _build(self, directory: Dir) -> None:
+        container = directory.value
+        pairs = self._kids[id(container)]
+        base = self._block[id(container)]
+        entries: dict[str, Node] = {}
+        listing: list[Node] = []
+        kids: list[Node] = []
+        if directory is self.root:
+            entries[CONTROL_DIR] = self.control
+            listing.append(self.control)
+        names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
+        for position, (key, child) in enumerate(pairs):
+            name = names[position]
+            node = self._node(directory, position, key, child, name, base + SLOTS * position)
+            entries[name] = node
+            listing.append(node)
+            kids.append(node)
+            if isinstance(child, Tensor):
+                kind = Kind.VIEW if node.kind is Kind.TENSOR else Kind.VIEW_LINK
+                for view in self.views:
+                    shown = ViewNode(node.ino + view.slot, kind, name + view.suffix, directory, key, child, view)
+                    entries[shown.name] = shown
+                    listing.append(shown)
+        directory.listing = listing
+        directory.children = kids
+        directory.entries = entries
+
+    def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
+        if not (isinstance(child, Tensor) or is_container(child)):
+            return Node(ino, Kind.VALUE, name, directory, key, child)
+        parent, index = self._home[id(child)]
+        if parent is not directory.value or index != position:
+            return Node(ino, Kind.LINK, name, directory, key, child)
+        if isinstance(child, Tensor):
+            return Node(ino, Kind.TENSOR, name, directory, key, child)
+        return Dir(ino, name, directory, key, child)
+
+    def node_of(self, value: Any) -> Node:
+        """The node showing a tensor or container at its first place."""
+        positions: list[int] = []
+        while value is not self.root.value:
+            value, index = self._home[id(value)]
+            positions.append(index)
+        node: Node = self.root
+        for index in reversed(positions):
+            assert isinstance(node, Dir)
+            node = self.children(node)[index]
+        return node
+
+    def path_of(self, node: Node) -> str:
+        """The node's path relative to the mount root (``.`` for the root)."""
+        names: list[str] = []
+        while node.parent is not None:
+            names.append(node.name)
+            node = node.parent
+        return "/".join(reversed(names)) or "."
+
+    def link_target(self, node: Node) -> str:
+        target = self.node_of(node.value)
+        here = _ancestry(node.parent)
+        there = _ancestry(target)
+        common = 0
+        while common < min(len(here), len(there)) and here[common] is there[common]:
+            common += 1
+        parts = [".."] * (len(here) - common) + [n.name for n in there[common:]]
+        path = "/".join(parts) or "."
+        return path + node.view.suffix if isinstance(node, ViewNode) else path
+
+    # -- contents ----------------------------------------------------------------
+
+    def size(self, node: Node) -> int:
+        if node.size < 0:
+            node.size = self._size(node)
+        return node.size
+
+    def sizes(self, nodes: list[Node]) -> list[int]:
+        """``[self.size(node) for node in nodes]``, each view's made together: listings need every one."""
+        for view in self.views:
+            shown = [node for node in nodes if node.size < 0 and node.kind is Kind.VIEW and node.view is view]
+            for node, size in zip(shown, view.sizes([node.value for node in shown])):
+                node.size = size
+        return [node.size if node.size >= 0 else self.size(node) for node in nodes]
+
+    def _size(self, node: Node) -> int:
+        kind = node.kind
+        if kind is Kind.TENSOR:
+            tensor: Tensor = node.value
+            return tensor.nbytes if tensor.has_data else 0
+        if kind is Kind.DIR:
+            return 0
+        if kind is Kind.LINK or kind is Kind.VIEW_LINK:
+            return len(self.link_target(node).encode("utf-8"))
+        if isinstance(node, ViewNode):
+            return node.view.sizes([node.value])[0]
+        if kind is Kind.VALUE:
+            return self.value_size(node.value)
+        return len(self.index_bytes())
+
+    def value_size(self, value: Any) -> int:
+        """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
+        if isinstance(value, (bytes, bytearray)):
+            return len(value)
+        if isinstance(value, str) and value.isascii():
+            return len(value) + 1
+        cached = self._value_sizes.get(id(value))
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        size = len(value_bytes(value))
+        if len(self._value_sizes) >= CACHED_VALUE_SIZES:
+            self._value_sizes.clear()
+        self._value_sizes[id(value)] = (value, size)
+        return size
+
+    def pieces(self, node: Node) -> list[Piece]:
+        """What a file holds: a tensor's bytes (its stored extents, or to be gathered), a view's, a value's,
+        the index. Opening a tensor's file checks its storage's framing (``Checkpoint.extents``)."""
+        if node.kind is Kind.TENSOR:
+            tensor: Tensor = node.value
+            return tensor_pieces(tensor, self.checkpoint.extents(tensor) if tensor.nbytes else None)
+        if isinstance(node, ViewNode):
+            return node.view.pieces(node.value)
+        return [Literal(self.content(node))]
+
+    def content(self, node: Node) -> bytes | bytearray:
+        """The bytes of a view, value or index file, whole."""
+        if isinstance(node, ViewNode):
+            pieces = node.view.pieces(node.value)
+            if all(isinstance(piece, Literal) for piece in pieces):
+                return b"".join(piece.data for piece in pieces)  # type: ignore[union-attr]
+            raise ValueError(f"{node.name} is not made of generated bytes alone: read its pieces")
+        if node.kind is Kind.VALUE:
+            return value_bytes(node.value)
+        if node.kind is Kind.INDEX:
+            return self.index_bytes()
+        raise ValueError(f"{node.kind.value} entries have no generated content")
+
+    def index_bytes(self) -> bytearray:
+        """The index (made on first use); a bytearray not to be changed: the text is not copied to a bytes."""
+        with self._lock, gc_paused():
+            if self._index is None:
+                self._index = make_index(self)
+            return self._index
+
+def _ancestry(node: Node | None) -> list[Node]:
+    """The nodes from the root down to ``node``, both included."""
+    chain: list[Node] = []
+    while node is not None:
+        chain.append(node)
+        node = node.parent
+    chain.reverse()
+    return chain

@@ -1,0 +1,62 @@
+"""The entries of a mounted tree: directories, files and links, each with its inode number."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from ckptfs.fs.views import View
+from ckptfs.model.records import Key
+
+
+class Kind(enum.Enum):
+    DIR = "dir"
+    TENSOR = "tensor"
+    VIEW = "view"
+    """A file beside a tensor's (its sidecar …): see ``fs.views``."""
+    VALUE = "value"
+    LINK = "link"
+    VIEW_LINK = "view_link"
+    """A view of a linked tensor: a link to that view of the tensor's file."""
+    INDEX = "index"
+
+
+class Node:
+    """One entry of the mounted tree."""
+
+    __slots__ = ("ino", "kind", "name", "parent", "key", "value", "size")
+
+    def __init__(self, ino: int, kind: Kind, name: str, parent: Dir | None, key: Key, value: Any) -> None:
+        self.ino = ino
+        self.kind = kind
+        self.name = name
+        self.parent = parent
+        self.key = key
+        self.value = value
+        """The container, tensor or value shown; for links the object linked to."""
+        self.size = -1
+        """Cached size in bytes, -1 until asked."""
+
+
+class ViewNode(Node):
+    """A view's file; ``value`` is its tensor."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, ino: int, kind: Kind, name: str, parent: Dir | None, key: Key, value: Any, view: View) -> None:
+        super().__init__(ino, kind, name, parent, key, value)
+        self.view = view
+
+
+class Dir(Node):
+    """A directory; its entries are made the first time they are asked for."""
+
+    __slots__ = ("entries", "listing", "children")
+
+    def __init__(self, ino: int, name: str, parent: Dir | None, key: Key, value: Any) -> None:
+        super().__init__(ino, Kind.DIR, name, parent, key, value)
+        self.entries: dict[str, Node] | None = None
+        self.listing: list[Node] = []
+        """Entries in readdir order: each child, followed by its sidecar if it is a tensor."""
+        self.children: list[Node] = []
+        """One node per child of the container, by position."""
