@@ -12,10 +12,13 @@ mfusepy 3.1.1 declares ``fuse_bufvec.buf`` as a pointer; in
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import os
 import struct
 from types import ModuleType
+from typing import Any, Iterator
 
 from ckptfs.errors import MountError
 
@@ -149,3 +152,38 @@ def bufvec(buffers: list[FdRange | bytes]) -> int:
     data = b"".join(packed)
     _memmove(address, data, len(data))
     return address
+
+
+class RawReadBuf(ctypes._CFuncPtr):  # type: ignore[misc,name-defined]
+    """``read_buf``'s prototype with plain integers, the callable unwrapped from mfusepy's try/except partial:
+    a read costs no path bytes, pointer objects or wrapper (the callback catches its own errors)."""
+
+    _flags_ = ctypes._FUNCFLAG_CDECL  # type: ignore[attr-defined]
+    _restype_ = ctypes.c_int
+    _argtypes_ = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_void_p)
+
+    def __new__(cls, func: Any) -> Any:
+        if isinstance(func, functools.partial):
+            func = func.args[0]
+        return super().__new__(cls, func)
+
+
+@functools.cache
+def operations_table(mfusepy: ModuleType) -> type[ctypes.Structure]:
+    """mfusepy's ``struct fuse_operations`` with ``read_buf`` as ``RawReadBuf`` (layout checked by the tests
+    against the installed ``fuse.h``)."""
+    fields = [(name, RawReadBuf if name == "read_buf" else proto, *rest)
+              for name, proto, *rest in mfusepy.fuse_operations._fields_]
+    return type("FuseOperations", (ctypes.Structure,), {"_fields_": fields})
+
+
+@contextlib.contextmanager
+def raw_read_buf(mfusepy: ModuleType) -> Iterator[None]:
+    """While mfusepy's FUSE is made (and its loop runs), it fills ``operations_table`` instead of its own:
+    mfusepy has no other way to take a callback's prototype."""
+    own = mfusepy.fuse_operations
+    mfusepy.fuse_operations = operations_table(mfusepy)
+    try:
+        yield
+    finally:
+        mfusepy.fuse_operations = own

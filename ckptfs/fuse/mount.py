@@ -111,18 +111,16 @@ def _log_in_background(log_fd: int | None, debug: bool) -> None:
 
 
 def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOptions, notify: Notify | None) -> None:
-    from ckptfs.fuse import (
-        operations as fuse_ops,  # here, not at the top: it loads libfuse3, which ls and info do without
-    )
+    from ckptfs.fuse import adapter, operations  # here: they load libfuse3, which ls and info do without
 
     def on_init() -> None:
         threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
 
-    fs = fuse_ops.CheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
-                               umask=options.umask)
+    fs = operations.CheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
+                                 umask=options.umask)
     try:
-        fuse_ops.serve(fs, target, fsname=options.fsname or checkpoint.path, flags=libfuse_flags(options),
-                       multithreaded=options.multithreaded, debug=options.debug)
+        adapter.serve(fs, target, fsname=options.fsname or checkpoint.path, flags=libfuse_flags(options),
+                      multithreaded=options.multithreaded, debug=options.debug)
     finally:
         checkpoint.close()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import array
 import ctypes
 import errno
-import functools
 import itertools
 import logging
 import os
@@ -25,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.collector import gc_paused
-from ckptfs.errors import CkptfsError, MountError, SourceError
+from ckptfs.errors import CkptfsError, SourceError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Part, SourceBytes, TensorBytes
@@ -43,10 +41,6 @@ BLOCK_SIZE = 1 << 20
 """``st_blksize``: tools size their reads by it."""
 CACHE_TIMEOUT = 86400.0
 """Entry, attribute and negative-lookup timeouts: the source is treated as immutable while mounted."""
-MMAP_THRESHOLD = 8 << 20
-TRIM_THRESHOLD = 128 << 20
-LOOP_ENDED_BY_SIGNAL = 8
-"""What ``fuse_main`` returns once SIGINT/SIGTERM/SIGHUP ended the loop (and the mount)."""
 STATFS_BLOCK = 4096
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
@@ -325,76 +319,3 @@ def _write_column(view: memoryview, field: Any, values: list[int]) -> None:
     """Writes ``values[i]`` into ``field`` (a ``struct stat`` field) of the i-th ``struct stat`` in ``view``."""
     code = _COLUMN_CODES[field.size]
     view.cast(code)[field.offset // field.size :: _STAT_SIZE // field.size] = array.array(code, values)
-
-
-class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
-    """mfusepy's FUSE, handing ``getattr``, ``readdir`` and ``read_buf`` their raw C arguments."""
-
-    def getattr_fuse_3(self, path: bytes, buf: Any, fip: Any) -> int:
-        try:
-            return self.operations.getattr(path, buf)
-        except Exception:
-            log.exception("getattr %r", path)
-            return -errno.EIO
-
-    def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
-        try:
-            with gc_paused():
-                return self.operations.readdir(path, buf, filler, offset, flags)
-        except Exception:
-            log.exception("readdir %r", path)
-            return -errno.EIO
-
-    def read_buf(self, path: int, bufpp: int, size: int, offset: int, fip: int) -> int:
-        """Raw addresses (see _FastReadBuf): no path bytes, no pointer objects, no mfusepy wrapper."""
-        try:
-            return self.operations.read_buf(bufpp, size, offset, _U64.from_address(fip + _FH_OFFSET).value)
-        except BaseException:
-            log.exception("read_buf")
-            return -errno.EIO
-
-
-_U64 = ctypes.c_uint64
-_FH_OFFSET = mfusepy.fuse_file_info.fh.offset
-
-
-class _FastReadBuf(ctypes._CFuncPtr):  # type: ignore[misc,name-defined]
-    """read_buf's prototype with plain integers; mfusepy's try/except wrapper is unwrapped."""
-
-    _flags_ = ctypes._FUNCFLAG_CDECL  # type: ignore[attr-defined]
-    _restype_ = ctypes.c_int
-    _argtypes_ = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_void_p)
-
-    def __new__(cls, func: Any) -> Any:
-        if isinstance(func, functools.partial):
-            func = func.args[0]
-        return super().__new__(cls, func)
-
-
-class _FastOps(ctypes.Structure):
-    _fields_ = [(name, _FastReadBuf if name == "read_buf" else proto, *rest)
-                for name, proto, *rest in mfusepy.fuse_operations._fields_]
-
-
-mfusepy.fuse_operations = _FastOps
-
-
-def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
-          debug: bool = False) -> None:
-    """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount).
-
-    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …).
-    """
-    libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
-    options: dict[str, Any] = {
-        "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": True,
-        "default_permissions": True, "max_read": MAX_REQUEST,
-        "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
-        **dict.fromkeys(flags, True),
-    }
-    try:
-        CheckpointFUSE(fs, mountpoint, raw_fi=False, encoding="utf-8", errors="surrogateescape", **options)
-    except RuntimeError as exc:
-        # libfuse ends its loop with status 8 when a signal stopped it, after unmounting: a clean end.
-        if not (fs.initialized and exc.args == (LOOP_ENDED_BY_SIGNAL,)):
-            raise MountError(f"libfuse could not mount {mountpoint} (status {exc})") from None

@@ -58,7 +58,9 @@ def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
     if isinstance(value, (set, frozenset)) and set_depth > 0 and _text_within(value, SET_TEXT):
         return {"$set": sorted((encode_leaf(v, set_depth - 1) for v in value), key=repr)}
     if isinstance(value, UnhashableKey):
-        return encode_leaf(value.value) if not is_container(value.value) else {"$unhashable": short_repr(value.value, 200)}
+        if is_container(value.value):
+            return {"$unhashable": short_repr(value.value, 200)}
+        return encode_leaf(value.value)
     if isinstance(value, NumpyArray):
         return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
                              "data": base64.b64encode(value.data or b"").decode("ascii")}}
