@@ -1,7 +1,7 @@
 """ckptfs: read PyTorch checkpoints lazily and safely, without torch, and mount them as files."""
 
-from ckptfs.checkpoint import Checkpoint, open_checkpoint as open
-from ckptfs.model.dtypes import DType
+from ckptfs.checkpoint import Checkpoint
+from ckptfs.checkpoint import open_checkpoint as open
 from ckptfs.errors import (
     CkptfsError,
     CorruptCheckpointError,
@@ -12,6 +12,7 @@ from ckptfs.errors import (
     UnsupportedError,
 )
 from ckptfs.limits import Limits
+from ckptfs.model.dtypes import DType
 from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 
 __all__ = [

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import directory_error, open_parsed
-from ckptfs.formats.parsed import ParsedCheckpoint
+from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
 from ckptfs.model.records import Key, Storage, Tensor

@@ -50,7 +50,7 @@ def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], 
             expected = json.dumps([encode_key(k) for k in reversed(keys)])
             assert texts.path_text(trail) == expected
             assert names.leaf(trail) == tuple(str(k) for k in reversed(keys))
-            assert names.of(trail) == names.leaf(trail)
+            assert names.value(trail) == names.leaf(trail)
 
 
 def test_a_path_longer_than_the_limit_fails() -> None:

@@ -14,13 +14,13 @@ import re
 from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.fs.describe import TextBudget, encode_tree, json_text
+from ckptfs.cli.printable import printable
 from ckptfs.errors import CkptfsError, LimitExceededError
+from ckptfs.fs.describe import TextBudget, encode_tree, json_text
+from ckptfs.fs.pathtext import PathTexts
+from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.jsontext import dumps
 from ckptfs.model.records import Tensor
-from ckptfs.fs.pathtext import PathTexts
-from ckptfs.cli.printable import printable
-from ckptfs.fs.sidecar import SidecarMaker
 
 FORMAT_NAMES = {
     "zip": "torch.save zip archive (torch >= 1.6)",

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.model.jsontext import dumps, quote
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
-from ckptfs.model.records import Tensor
 from ckptfs.fs.pathtext import PathTexts
+from ckptfs.model.jsontext import dumps, quote
+from ckptfs.model.records import Tensor
 
 PADDED_FILE_CHARS = 100
 """The file column is padded to its longest entry up to this many characters; longer files push their own row."""

@@ -10,14 +10,14 @@ import sys
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
-from ckptfs.collector import gc_paused
-from ckptfs.errors import CkptfsError
 from ckptfs.cli.info import description_text, indented, overview
-from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_quantity
 from ckptfs.cli.listing import json_lines, listed, text_lines
-from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
+from ckptfs.errors import CkptfsError
+from ckptfs.fuse.mount import MountOptions, mount, unmount
+from ckptfs.gc_pause import gc_paused
+from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_quantity
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""

@@ -48,8 +48,8 @@ def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
     from ckptfs.cli.info import description_text, indented
-    from ckptfs.fs.layout import Layout
     from ckptfs.cli.listing import tensor_files
+    from ckptfs.fs.layout import Layout
     from ckptfs.pickle.unpickler import SafeUnpickler
 
     def says(text: str) -> Describe:

@@ -16,7 +16,7 @@ from ckptfs.errors import (
     UnsupportedError,
 )
 from ckptfs.formats import dcp, legacy, zip_checkpoint
-from ckptfs.formats.parsed import ParsedCheckpoint
+from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 

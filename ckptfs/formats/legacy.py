@@ -22,7 +22,7 @@ from ckptfs.errors import (
     UnsupportedError,
 )
 from ckptfs.formats import dcp
-from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
+from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import dtype_of_storage_class

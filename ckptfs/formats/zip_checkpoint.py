@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
-from ckptfs.formats.parsed import ParsedCheckpoint, shared_storage, storage_persistent_id
+from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits

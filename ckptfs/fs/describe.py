@@ -162,7 +162,7 @@ class _Encoder:
             if id(value) in self.seen:
                 place = self.seen[id(value)]
                 if not isinstance(place, _Place):  # a trail: encode its path once, for every later reference
-                    place = self.seen[id(value)] = _Place(self.keys.of(place))
+                    place = self.seen[id(value)] = _Place(self.keys.value(place))
                     place.size = len(dumps(place)) + len('{"$ref": }')
                 budget.spend(place.size)
                 return {"$ref": place}

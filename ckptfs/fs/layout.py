@@ -41,7 +41,6 @@ import threading
 from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.collector import gc_paused
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
@@ -49,6 +48,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.views import views
+from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
 from ckptfs.model.tree import children, is_container
 
@@ -72,9 +72,12 @@ class Layout:
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
-        self._kids: dict[int, list[tuple[Key, Any]]] = {}
-        self._home: dict[int, tuple[Any, int]] = {}
+        self._children_of: dict[int, list[tuple[Key, Any]]] = {}
+        """Each container's ``(key, child)`` pairs, by the container's id."""
+        self._first_place: dict[int, tuple[Any, int]] = {}
+        """Each tensor's and container's first place: its parent container and position, by its id."""
         self._block: dict[int, int] = {}
+        """Each container's first inode number (``SLOTS`` per child), by its id."""
         self._dirs: dict[str, Dir] = {}
         self._walk(top)
         self.root = Dir(ROOT_INO, "", None, None, top)
@@ -96,7 +99,7 @@ class Layout:
         """
         next_block = FIRST_BLOCK_INO
         stack: list[tuple[Any, Any, int]] = [(top, None, -1)]
-        home, kids, block = self._home, self._kids, self._block
+        home, kids, block = self._first_place, self._children_of, self._block
         while stack:
             value, parent, index = stack.pop()
             if id(value) in home:
@@ -167,7 +170,7 @@ class Layout:
 
     def _build(self, directory: Dir) -> None:
         container = directory.value
-        pairs = self._kids[id(container)]
+        pairs = self._children_of[id(container)]
         base = self._block[id(container)]
         entries: dict[str, Node] = {}
         listing: list[Node] = []
@@ -195,7 +198,7 @@ class Layout:
     def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
         if not (isinstance(child, Tensor) or is_container(child)):
             return Node(ino, Kind.VALUE, name, directory, key, child)
-        parent, index = self._home[id(child)]
+        parent, index = self._first_place[id(child)]
         if parent is not directory.value or index != position:
             return Node(ino, Kind.LINK, name, directory, key, child)
         if isinstance(child, Tensor):
@@ -206,7 +209,7 @@ class Layout:
         """The node showing a tensor or container at its first place."""
         positions: list[int] = []
         while value is not self.root.value:
-            value, index = self._home[id(value)]
+            value, index = self._first_place[id(value)]
             positions.append(index)
         node: Node = self.root
         for index in reversed(positions):

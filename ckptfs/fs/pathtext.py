@@ -34,7 +34,7 @@ class PathTexts:
         key, parent = trail
         last_parent, prefix = self._last
         if parent is not last_parent:
-            parts = self._parts.of(parent)
+            parts = self._parts.value(parent)
             prefix = "[" + SEPARATOR.join(parts) + SEPARATOR if parts else "["
             if len(prefix) > self.max_bytes:
                 raise _too_long(self.max_bytes)

@@ -7,10 +7,10 @@ import errno
 import logging
 from typing import Any
 
-from ckptfs.collector import gc_paused
 from ckptfs.errors import MountError
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse.operations import MAX_REQUEST, CheckpointFS
+from ckptfs.gc_pause import gc_paused
 
 mfusepy = libfuse.load_mfusepy()
 

@@ -27,7 +27,6 @@ import warnings
 from typing import Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
-from ckptfs.collector import gc_paused
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.fs.layout import Layout
 from ckptfs.fuse import daemon_log
@@ -36,6 +35,7 @@ from ckptfs.fuse.bindings import INSTALL_HINT
 from ckptfs.fuse.mount_options import MountOptions, libfuse_flags
 from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
 from ckptfs.fuse.unmount import run_unmount, unmount
+from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 
 __all__ = ["MountOptions", "mount", "unmount"]

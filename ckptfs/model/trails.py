@@ -26,7 +26,7 @@ class TrailCache(Generic[_T]):
         self.step = step
         self._cache: dict[int, tuple[Trail, _T]] = {}
 
-    def of(self, trail: Trail) -> _T:
+    def value(self, trail: Trail) -> _T:
         """The trail's value; it and its ancestors are kept for later."""
         chain: list[Trail] = []
         value = self.root
@@ -49,7 +49,7 @@ class TrailCache(Generic[_T]):
         if trail is None:
             return self.root
         key, parent = trail
-        return self.step(self.of(parent), key)
+        return self.step(self.value(parent), key)
 
 
 def key_lists(encode: Callable[[Key], Any]) -> TrailCache[tuple[Any, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from ckptfs.errors import CorruptCheckpointError
-from ckptfs.formats.parsed import ParsedCheckpoint
+from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.model.records import Storage
 from ckptfs.sources import ByteSource
 
