@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from corpus import CorpusFile, build_corpus
+from shapes import fake_omegaconf_classes
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +18,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CorpusFile]:
 @pytest.fixture(scope="session")
 def corpus_dir(corpus: dict[str, CorpusFile]) -> Path:
     return next(iter(corpus.values())).path.parent
+
+
+@pytest.fixture
+def fake_omegaconf(monkeypatch: pytest.MonkeyPatch) -> dict[str, type]:
+    """Classes named as omegaconf's and an app's enum, importable by name while the test runs."""
+    return fake_omegaconf_classes(monkeypatch)

@@ -210,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limit_option(parser, "limit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
                                 title="commands", help="ckptfs COMMAND --help tells more")
+    _add_reading_commands(sub)
+    _add_mount_commands(sub)
+    _lay_out_help(sub)
+    return parser
+
+
+def _add_reading_commands(sub: Any) -> None:
+    """``ls`` and ``info``."""
     ls = sub.add_parser("ls", help="one line per tensor: its file in a mount, dtype, shape, size",
                         description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
                                     "of FILE shows it (relative to the mount's root), dtype, shape and size.")
@@ -232,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limit_option(info, "command_limit")
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
+
+
+def _add_mount_commands(sub: Any) -> None:
+    """``mount``, ``umount`` and ``mounts``."""
     mnt = sub.add_parser(
         "mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -277,8 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
     mounts.add_argument("--json", action="store_true",
                         help="one JSON object per line: mountpoint, source, uid (the user who mounted it)")
     mounts.set_defaults(run=cmd_mounts)
-    _lay_out_help(sub)
-    return parser
 
 
 def _indent(text: str) -> int:

@@ -39,7 +39,9 @@ def make_index(layout: Tree) -> bytearray:
     Entries name their parent by id rather than repeating their key path, so
     the index grows with the number of entries, not with their depth. A
     tensor's ``path`` and ``file`` are spelled out: joined from texts made
-    once per directory, not re-encoded key by key.
+    once per directory, not re-encoded key by key. One function on purpose: its
+    loop runs once per entry (hundreds of thousands), and the state it carries
+    (open directories, their folder text, ids) is what each line is made from.
     """
     ck = layout.checkpoint
     budget = ck.limits.max_generated_bytes

@@ -186,8 +186,10 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, when_ready: Callable[[],
         os.close(null)
 
         def notify() -> None:
-            os.write(pipe, READY)
+            # stderr leaves the pipe first: once the caller sees the pipe closed, the daemon's descriptors are
+            # those it serves with.
             when_ready()
+            os.write(pipe, READY)
             os.close(pipe)
 
         serve(notify)
@@ -222,8 +224,16 @@ def _wait_ready(pipe: int) -> tuple[bytes, bool]:
         if not chunk:
             return b"".join(chunks), False
         if READY in chunk:
+            _wait_closed(pipe, deadline)
             return b"".join(chunks) + chunk.partition(READY)[0], True
         chunks.append(chunk)
+
+
+def _wait_closed(pipe: int, deadline: float) -> None:
+    """Reads the pipe to its end: the daemon closes it right after reporting readiness."""
+    while (remaining := deadline - time.monotonic()) > 0 and select.select([pipe], [], [], remaining)[0]:
+        if not os.read(pipe, 65536):
+            return
 
 
 # -- checks ---------------------------------------------------------------------------

@@ -22,9 +22,7 @@ from index_files import files_by_id
 from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
 from mount.helpers import Mounter
 from hostile.containers import zip_checkpoint
-from test_layout import dag_bomb
-from test_objects import LS_LA, fake_omegaconf, omegaconf_like  # noqa: F401 (fake_omegaconf: a fixture)
-from test_pathtext import long_paths
+from shapes import LS_LA, dag_bomb, long_paths, omegaconf_like
 
 pytestmark = pytest.mark.mount
 

@@ -10,15 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shapes import long_paths
+
 import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.model.encoding import encode_key
 from ckptfs.fs.layout import Layout
 from ckptfs.model import trails as trail_cache
 from ckptfs.fs.pathtext import PathTexts
-from hostile.cases import FLOATS
-from hostile.containers import zip_checkpoint
-from hostile.picklegen import EMPTY_DICT, SETITEM, get, i, ints, pickle, put, s, storage_pid, tensor_v2
 
 _keys = st.one_of(st.text(max_size=4), st.integers(-5, 5), st.tuples(st.integers(0, 2)), st.binary(max_size=3),
                   st.none(), st.floats(allow_nan=True))
@@ -58,17 +57,6 @@ def test_a_path_longer_than_the_limit_fails() -> None:
     assert len(PathTexts(1 << 20).path_text(trail)) == 20 * 102 + 19 * 2 + 2
     with pytest.raises(LimitExceededError, match=r"key path's JSON text exceeds 1000 bytes \(limit max_generated_bytes\)"):
         PathTexts(1000).path_text(trail)
-
-
-def long_paths(path: Path, key_length: int = 200) -> Path:
-    """One tensor 31 dicts deep, every key the same str: a 31-key path, 6 KB of text for 200 characters a key."""
-    data = zip_checkpoint(pickle(
-        EMPTY_DICT + s("k" * key_length) + put(0)
-        + b"".join(EMPTY_DICT + get(0) for _ in range(30))
-        + tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(4), ints(1))
-        + SETITEM * 31), {"0": FLOATS})
-    path.write_bytes(data)
-    return path
 
 
 def test_generated_files_are_bounded(tmp_path: Path) -> None:

@@ -6,14 +6,11 @@ real mount in ``tests/mount/test_tree.py``.
 
 from __future__ import annotations
 
-import decimal
-import enum
 import json
 import pickle
 import struct
 import subprocess
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from hostile.picklegen import (
     tup,
 )
 from hostile.picklegen import pickle as make_pickle
+from shapes import LS_LA, omegaconf_like
 
 import ckptfs
 from ckptfs import LimitExceededError, Limits
@@ -46,8 +44,6 @@ from ckptfs.pickle.unpickler import load_at
 from ckptfs.pickle.values import Global, PickledObject
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
-LS_LA = make_pickle(call(glob("posix", "system"), s("ls -la")))
-"""What ``os.system('ls -la')`` pickles to on Linux: a REDUCE of ``posix.system``."""
 
 
 def _namespace(*state: bytes) -> bytes:
@@ -134,46 +130,6 @@ def test_info_json_shows_the_command(tmp_path: Path) -> None:
 
 
 # -- an omegaconf-like configuration, pickled by Python's own pickle ---------------------------------------
-
-
-class _Node:
-    """Like omegaconf's nodes and containers: no ``__reduce__``; ``__getstate__`` gives ``__dict__``."""
-
-    def __init__(self, **attributes: Any) -> None:
-        self.__dict__.update(attributes)
-
-
-@pytest.fixture
-def fake_omegaconf(monkeypatch: pytest.MonkeyPatch) -> dict[str, type]:
-    """Classes named as omegaconf's (``omegaconf.nodes.AnyNode`` …), and an app's enum, that pickle finds by name."""
-    classes: dict[str, type] = {}
-    modules = {"omegaconf": [], "omegaconf.dictconfig": ["DictConfig"], "omegaconf.base": ["ContainerMetadata",
-               "Metadata"], "omegaconf.nodes": ["AnyNode", "EnumNode", "StringNode"], "myapp": [], "myapp.config": []}
-    for module_name, names in modules.items():
-        module = types.ModuleType(module_name)
-        monkeypatch.setitem(sys.modules, module_name, module)
-        for name in names:
-            classes[name] = type(name, (_Node,), {"__module__": module_name, "__qualname__": name})
-            setattr(module, name, classes[name])
-    classes["Color"] = enum.Enum("Color", {"RED": "red"}, module="myapp.config", qualname="Color")  # type: ignore[misc]
-    sys.modules["myapp.config"].Color = classes["Color"]  # type: ignore[attr-defined]
-    return classes
-
-
-def omegaconf_like(classes: dict[str, type]) -> Any:
-    meta = classes["Metadata"]
-    content = {
-        "lr": classes["AnyNode"](_val=0.001, _metadata=meta(ref_type=Any, key="lr", optional=True), _parent=None),
-        "name": classes["StringNode"](_val="run-7", _metadata=meta(ref_type=str, key="name", optional=True),
-                                      _parent=None),
-        "color": classes["EnumNode"](_val=classes["Color"]("red"), _parent=None,
-                                     _metadata=meta(ref_type=classes["Color"], key="color", optional=False)),
-        "budget": classes["AnyNode"](_val=decimal.Decimal("0.1"), _metadata=meta(ref_type=Any, key="budget",
-                                                                                optional=True), _parent=None),
-    }
-    return classes["DictConfig"](_metadata=classes["ContainerMetadata"](ref_type=Any, object_type=dict, key=None,
-                                                                         flags={"readonly": True}),
-                                 _parent=None, _content=content)
 
 
 def test_omegaconf_like_values_survive(fake_omegaconf: dict[str, type], tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.pickle.values import PickledObject
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.tree import children
+from shapes import dag_bomb
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
 from index_files import files_by_id
-from hostile.picklegen import LIST, MARK, POP, get, i, ints, pickle, put, storage_pid, tensor_v2
 
 _keys = st.one_of(
     st.text(), st.integers(), st.binary(max_size=8), st.booleans(), st.none(),
@@ -175,14 +175,6 @@ def test_inode_numbers_are_unique_and_stable(tmp_path: Path) -> None:
     first = inodes()
     assert len(set(first.values())) == len(first)
     assert inodes() == first
-
-
-def dag_bomb(levels: int) -> bytes:
-    """A list ``x = [x, x]`` nested ``levels`` deep over a list holding one tensor: 2**levels tensor paths."""
-    body = MARK + tensor_v2(storage_pid("FloatStorage", "0", 2), i(0), ints(2), ints(1)) + LIST + put(0) + POP
-    for level in range(1, levels + 1):
-        body += MARK + get(level - 1) + get(level - 1) + LIST + put(level) + (POP if level < levels else b"")
-    return pickle(body)
 
 
 def test_shared_reference_bomb_is_small(tmp_path: Path) -> None:
