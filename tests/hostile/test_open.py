@@ -11,7 +11,7 @@ import ckptfs
 from ckptfs.errors import CkptfsError
 from hostile.cases import CASES, Case
 from hostile.checks import TRUNCATION_REASONS, assert_names_file, exercise
-from hostile.conftest import TIME_BOUND
+from hostile.conftest import CPU_BOUND, WALL_BOUND
 from hostile.seeds import SEED_NAMES
 from hostile.truncate import truncation_offsets
 
@@ -19,7 +19,7 @@ from hostile.truncate import truncation_offsets
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_open(case: Case, hostile_files: dict[str, Path]) -> None:
     path = hostile_files[case.name]
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), time.process_time()
     if case.error is None:
         with ckptfs.open(path) as ck:
             assert case.check is not None
