@@ -21,6 +21,8 @@ import torch
 import torch.utils.serialization.config as serialization_config
 from torch import nn
 
+from legacy_writer import save_legacy_reproducibly
+
 Key = Any
 TensorPath = tuple[Key, ...]
 
@@ -240,6 +242,8 @@ def save_zip(obj: Any, path: Path, **kwargs: Any) -> Path:
 
 
 def save_legacy(obj: Any, path: Path, **kwargs: Any) -> Path:
+    """torch's own legacy writer: storage keys are memory addresses, different in every run (the corpus files use
+    ``save_legacy_reproducibly``)."""
     return save_zip(obj, path, _use_new_zipfile_serialization=False, **kwargs)
 
 
@@ -256,7 +260,7 @@ def write_raw_archive(path: Path, data_pkl: bytes, records: dict[str, bytes] | N
 def save_both(directory: Path, name: str, obj: Any, **kwargs: Any) -> list[CorpusFile]:
     """``obj`` saved as a zip and as a legacy stream."""
     zip_path = save_zip(obj, directory / f"{name}.pt", **kwargs)
-    legacy_path = save_legacy(obj, directory / f"{name}_legacy.pt", **kwargs)
+    legacy_path = save_legacy_reproducibly(obj, directory / f"{name}_legacy.pt", **kwargs)
     return [
         CorpusFile(name, zip_path, "zip", load_expected(zip_path, obj)),
         CorpusFile(f"{name}_legacy", legacy_path, "legacy", load_expected(legacy_path, obj)),
@@ -426,8 +430,11 @@ def r7_big_endian(directory: Path, gen: torch.Generator) -> CorpusFile:
 
 
 def build_corpus(directory: Path) -> dict[str, CorpusFile]:
-    with warnings.catch_warnings():
+    """The same tensors in every run: module initialisations and the tracing input draw from torch's global
+    generator, seeded here (and restored afterwards)."""
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
         warnings.simplefilter("ignore")
+        torch.manual_seed(20240601)
         return _build_corpus(directory)
 
 
@@ -442,7 +449,7 @@ def _build_corpus(directory: Path) -> dict[str, CorpusFile]:
         r7_big_endian(directory, gen),
     ]
     r3 = r3_legacy_basics(gen)
-    r3_path = save_legacy(r3, directory / "r3_legacy.pt")
+    r3_path = save_legacy_reproducibly(r3, directory / "r3_legacy.pt")
     files.append(CorpusFile("r3_legacy", r3_path, "legacy", load_expected(r3_path, r3)))
     r4 = r9_small(gen)
     with torch.serialization.skip_data():

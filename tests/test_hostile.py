@@ -18,14 +18,14 @@ from ckptfs.errors import LimitExceededError, UnpicklingError
 from ckptfs.pickle.values import Global, PickledObject
 
 QUICK = 2.0
-"""Seconds any of these files may take to open and describe."""
+"""CPU seconds any of these files may take to open and describe (CPU time: a busy machine stretches wall time)."""
 
 
 def open_quickly(path: Path, limits: ckptfs.Limits = ckptfs.Limits()) -> ckptfs.Checkpoint:
-    start = time.monotonic()
+    start = time.process_time()
     ck = ckptfs.open(path, limits)
     json.dumps(encode_tree(ck.root))
-    assert time.monotonic() - start < QUICK
+    assert time.process_time() - start < QUICK
     return ck
 
 
@@ -94,10 +94,10 @@ def test_memo_entry_limit(tmp_path: Path) -> None:
 def test_deep_nesting_fails_cleanly(tmp_path: Path) -> None:
     depth = 100_000
     path = write_raw_archive(tmp_path / "deep.pt", b"\x80\x02" + b"]" * depth + b"a" * (depth - 1) + b".")
-    start = time.monotonic()
+    start = time.process_time()
     with pytest.raises(LimitExceededError, match="nests deeper than 1000") as info:
         ckptfs.open(path)
-    assert time.monotonic() - start < QUICK
+    assert time.process_time() - start < QUICK
     assert str(info.value).startswith(f"{path}: ")
 
 
@@ -114,7 +114,7 @@ def test_huge_expanded_tensor_reads_in_ranges(tmp_path: Path) -> None:
     with open_quickly(path) as ck:
         (tensor,) = ck.tensors
         assert (tensor.stride, tensor.nbytes) == ((0, 0), 2**62)
-        start = time.monotonic()
+        start = time.process_time()
         assert ck.read(tensor, 2**61 + 4, 1 << 16) == element * (1 << 14)
         assert ck.read(tensor, tensor.nbytes - 6, 100) == element[-2:] + element
-        assert time.monotonic() - start < QUICK
+        assert time.process_time() - start < QUICK

@@ -111,12 +111,19 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 
 
-def resident(path: str, offset: int = 0, length: int | None = None) -> float:
-    """Fraction of [offset, offset+length) of a file in the page cache (mincore; reads nothing)."""
+def resident(path: str, offset: int = 0, length: int | None = None) -> float | None:
+    """Fraction of [offset, offset+length) of a file in the page cache (mincore; reads nothing).
+
+    None where the kernel hides it: mincore() shows a file's page cache only to root, to the file's owner and to
+    whom may write it, and calls every page resident for anyone else.
+    """
     page = os.sysconf("SC_PAGE_SIZE")
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if os.geteuid() not in (0, st.st_uid) and not os.access(path, os.W_OK):
+            return None
+        size = st.st_size
         length = size - offset if length is None else length
         start = offset // page * page
         span = offset + length - start
@@ -774,6 +781,7 @@ class Bench:
         a = self.args
         gb = self.big_len / 1e9
         resid_after_drop: dict[str, float] = {}
+        hidden: set[str] = set()
         daemon: dict[str, dict[str, list[float]]] = {}
         for run_i in range(a.runs):
             log(f"sequential reads, run {run_i + 1}/{a.runs}")
@@ -784,7 +792,10 @@ class Bench:
                     self._drop(s)
                     if s["mount"] is not None:
                         r = resident(s["path"])
-                        resid_after_drop[name] = max(resid_after_drop.get(name, 0.0), r)
+                        if r is None:
+                            hidden.add(name)
+                        else:
+                            resid_after_drop[name] = max(resid_after_drop.get(name, 0.0), r)
                     before = proc_stat(s["mount"].pid) if s["mount"] else None
                     t = self._seq_once(tool, s)
                     after = proc_stat(s["mount"].pid) if s["mount"] else None
@@ -800,6 +811,9 @@ class Bench:
             n: {k: statistics.median(v) for k, v in d.items()} for n, d in daemon.items()}
         if any(v > 0.01 for v in resid_after_drop.values()):
             log(f"warning: page cache not fully dropped: {resid_after_drop}")
+        if hidden:
+            log(f"warning: the kernel hides the page cache of {sorted(hidden)} from this user (not their owner): "
+                "whether the drop emptied it is unknown")
 
     def _seq_once(self, tool: str, s: dict[str, Any]) -> float:
         path, base = s["path"], s["base"]

@@ -11,6 +11,9 @@
  * The kernel page cache is kept (kernel_cache => FOPEN_KEEP_CACHE), attributes and
  * entries are cached for a day, and glibc's malloc is pinned to the heap (fixed mmap
  * and trim thresholds) so 1 MiB request buffers do not each get a fresh mmap.
+ * Files belong to the source's owner, as ckptfs's do: the kernel's mincore() shows the
+ * page cache of a file only to its owner (or to whom may write it, or root) and says
+ * "all resident" to anyone else, which would blind the benchmark's residency check.
  * Build: gcc -O2 -Wall passthrough.c $(pkg-config --cflags --libs fuse3) -o passthrough
  */
 #define FUSE_USE_VERSION 31
@@ -31,6 +34,8 @@ static off_t file_len;
 static char file_path[512];
 static int use_buf = 1;
 static unsigned max_read_opt; /* -o max_read=N, which libfuse wants repeated in init() */
+static uid_t src_uid;
+static gid_t src_gid;
 
 static void *pt_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
@@ -48,6 +53,8 @@ static int pt_getattr(const char *path, struct stat *st, struct fuse_file_info *
 {
     (void)fi;
     memset(st, 0, sizeof(*st));
+    st->st_uid = src_uid;
+    st->st_gid = src_gid;
     if (strcmp(path, "/") == 0) {
         st->st_mode = S_IFDIR | 0555;
         st->st_nlink = 2;
@@ -148,6 +155,13 @@ int main(int argc, char *argv[])
         perror(argv[1]);
         return 1;
     }
+    struct stat src_st;
+    if (fstat(src_fd, &src_st) != 0) {
+        perror(argv[1]);
+        return 1;
+    }
+    src_uid = src_st.st_uid;
+    src_gid = src_st.st_gid;
     base_off = strtoll(argv[2], NULL, 10);
     file_len = strtoll(argv[3], NULL, 10);
     snprintf(file_path, sizeof(file_path), "/%s", argv[4]);

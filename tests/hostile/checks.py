@@ -8,7 +8,7 @@ from pathlib import Path
 import ckptfs
 from ckptfs.errors import CkptfsError, LimitExceededError
 from ckptfs.cli.info import description_text
-from hostile.conftest import MEMORY_BOUND, TIME_BOUND, CliResult
+from hostile.conftest import CPU_BOUND, MEMORY_BOUND, WALL_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
                       r"|zip file too short|pickle truncated|legacy storages end at byte \d+ but the file has")
@@ -42,7 +42,8 @@ def exercise(ck: ckptfs.Checkpoint, describe_reason: str = "") -> None:
 
 def assert_bounded(result: CliResult) -> None:
     assert not result.timed_out, f"killed after {result.wall:.1f} s"
-    assert result.wall < TIME_BOUND, f"took {result.wall:.2f} s"
+    assert result.cpu < CPU_BOUND, f"took {result.cpu:.2f} s of CPU"
+    assert result.wall < WALL_BOUND, f"took {result.wall:.2f} s"
     assert result.maxrss < MEMORY_BOUND, f"peak RSS {result.maxrss >> 20} MiB"
     assert "Traceback" not in result.stderr, result.stderr
 

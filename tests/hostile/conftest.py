@@ -18,12 +18,15 @@ from mount.helpers import require_fuse
 from hostile.seeds import SEED_NAMES, write_seeds
 
 HERE = Path(__file__).resolve().parent
-TIME_BOUND = 2.0
-"""Seconds any hostile case may take, end to end."""
+CPU_BOUND = 2.0
+"""CPU seconds any hostile case may take, end to end: the time of the ckptfs processes themselves, which a busy
+machine does not stretch as it stretches wall time (the README's "within 2 s")."""
+WALL_BOUND = 20.0
+"""Wall seconds: ten times the CPU bound, room for a loaded 2-core machine; a case past it hangs."""
 MEMORY_BOUND = 500 << 20
 """Bytes: the address-space limit each CLI run gets, and the peak RSS it must stay under."""
-KILL_AFTER = 10.0
-"""A run still going after this long is killed and reported (it has failed the time bound long before)."""
+KILL_AFTER = 30.0
+"""A run still going after this long is killed and reported (it has failed the wall bound before)."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ def holders(path: Path) -> list[int]:
     return [pid for pid, targets in _open_files() if str(path) in targets]
 
 
-def daemon_serving(source: Path, timeout: float = 5.0) -> int:
+def daemon_serving(source: Path, timeout: float = 20.0) -> int:
     """The FUSE daemon that holds ``source`` open (other mounts may come and go meanwhile)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -47,6 +47,12 @@ def peak_rss(pid: int) -> int:
     raise AssertionError(f"no VmHWM for {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
@@ -54,7 +60,7 @@ def gone(pid: int) -> bool:
         return True
 
 
-def wait_gone(pid: int, timeout: float = 10.0) -> None:
+def wait_gone(pid: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not gone(pid):
         assert time.monotonic() < deadline, f"process {pid} still running"

@@ -2,12 +2,20 @@
 
 Run as ``python seeds.py OUTDIR`` (torch is imported only here, in that process).
 Small on purpose: every byte of them gets truncated and fuzzed.
+
+Every seed is the same bytes in every run, whatever the interpreter, the hash seed, the time or
+the checkout's path: values come from seeded generators, legacy storage keys are fixed
+(``legacy_writer``), the re-zipped archive keeps the source's timestamps, and the TorchScript
+module is compiled from source text under a fixed file name (TorchScript records the file name of
+every function it compiles, torch's own included).
 """
 
 from __future__ import annotations
 
 import io
+import linecache
 import sys
+import types
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -63,10 +71,53 @@ def _exotic() -> dict:
     }
 
 
+SCRIPT_FILE = "ckptfs_seed_module.py"
+"""The file name TorchScript records for the seed module's code (no such file exists)."""
+SCRIPT_SOURCE = """\
+import torch
+from torch import nn
+
+
+class Affine(nn.Module):
+    def __init__(self, rows: int, cols: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(rows, cols, generator=gen))
+        self.bias = nn.Parameter(torch.randn(rows, generator=gen))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.addmm(self.bias, x, self.weight.t()))
+
+
+class Stack(nn.Sequential):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self:
+            x = layer(x)
+        return x
+"""
+
+
+def _scripted() -> object:
+    """A two-layer ``nn.Sequential`` (children ``0`` and ``1``) scripted from ``SCRIPT_SOURCE``."""
+    import torch
+
+    name = SCRIPT_FILE.removesuffix(".py")
+    module = sys.modules.get(name)
+    if module is None:  # compiled once per process: a second class of the same name would be renamed
+        module = types.ModuleType(name)
+        module.__file__ = SCRIPT_FILE
+        linecache.cache[SCRIPT_FILE] = (len(SCRIPT_SOURCE), None, SCRIPT_SOURCE.splitlines(True), SCRIPT_FILE)
+        exec(compile(SCRIPT_SOURCE, SCRIPT_FILE, "exec"), module.__dict__)
+        sys.modules[name] = module
+    gen = torch.Generator().manual_seed(5)
+    return torch.jit.script(module.Stack(module.Affine(2, 3, gen), module.Affine(2, 2, gen)))
+
+
 def write_seeds(out: Path) -> None:
     import warnings
 
     import torch
+
+    from legacy_writer import save_legacy_reproducibly
 
     warnings.filterwarnings("ignore")
 
@@ -75,20 +126,21 @@ def write_seeds(out: Path) -> None:
     torch.save(state, out / "zip_state.pt")
     torch.save(state, out / "zip_proto4.pt", pickle_protocol=4)
     torch.save(_exotic(), out / "zip_exotic.pt")
-    torch.save(state, out / "legacy_state.pt", _use_new_zipfile_serialization=False)
+    save_legacy_reproducibly(state, out / "legacy_state.pt")
     exotic = _exotic()
     del exotic["sparse"]  # legacy sparse needs the same records; keep the legacy seed simple
-    torch.save(exotic, out / "legacy_exotic.pt", _use_new_zipfile_serialization=False)
+    save_legacy_reproducibly(exotic, out / "legacy_exotic.pt")
 
-    module = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU()))
-    torch.jit.save(module, str(out / "torchscript.pt"))
+    torch.jit.save(_scripted(), str(out / "torchscript.pt"))
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(out / "zip_state.pt") as src, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
-            dst.writestr("renamed/" + info.filename.split("/", 1)[1], src.read(info))
+            renamed = zipfile.ZipInfo("renamed/" + info.filename.split("/", 1)[1], info.date_time)
+            dst.writestr(renamed, src.read(info), zipfile.ZIP_DEFLATED)
     (out / "rezipped.pt").write_bytes(buffer.getvalue())
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # legacy_writer, beside the tests
     write_seeds(Path(sys.argv[1]))
