@@ -76,10 +76,14 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     def serve(notify: Notify | None) -> None:
         _serve(checkpoint, layout, target, options, notify)
 
+    def serve_forked(notify: Notify | None) -> None:
+        checkpoint.source.reopen()  # in the daemon: what a source cannot share across a fork is made anew
+        serve(notify)
+
     if options.foreground:
         _serve_in_foreground(serve, log_fd, options.debug)
     else:
-        _run_detached(serve, target, lambda: _log_in_background(log_fd, options.debug))
+        _run_detached(serve_forked, target, lambda: _log_in_background(log_fd, options.debug))
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
+from mount.helpers import CLI
 
 from ckptfs.errors import SourceError, UnsupportedError
 from ckptfs.sources import BytesSource, LocalFileSource, open_source
@@ -72,3 +76,27 @@ def test_bytes_source_reads_and_bounds() -> None:
     assert source.stat() is None and source.fileno() is None
     with pytest.raises(SourceError, match=r"mem: read of 5 bytes at offset 8 is outside the data \(10 bytes\)"):
         source.read(8, 5)
+
+
+def test_a_background_mount_reopens_its_source_in_the_daemon(tmp_path: Path) -> None:
+    """The seam remote sources need: ``reopen`` runs in the forked daemon, before it serves."""
+    source, mnt, marker = tmp_path / "m.pt", tmp_path / "mnt", tmp_path / "reopened"
+    torch.save({"w": torch.arange(4, dtype=torch.float32)}, source)
+    mnt.mkdir()
+    script = (
+        "import os, sys\n"
+        "from ckptfs.sources.local import LocalFileSource\n"
+        "def reopen(self):\n"
+        f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        "LocalFileSource.reopen = reopen\n"
+        "from ckptfs.cli.main import run\n"
+        "sys.argv = ['ckptfs', 'mount', sys.argv[1], sys.argv[2]]\n"
+        "run()\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(source), str(mnt)], check=True)
+    try:
+        assert (mnt / "w").read_bytes() == torch.arange(4, dtype=torch.float32).numpy().tobytes()
+        daemon = int(marker.read_text())
+        assert daemon != os.getpid() and os.path.exists(f"/proc/{daemon}")
+    finally:
+        subprocess.run([*CLI, "umount", str(mnt)], check=True)
