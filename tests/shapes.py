@@ -71,6 +71,8 @@ def fake_omegaconf_classes(monkeypatch: Any) -> dict[str, type]:
             classes[name] = type(name, (OmegaconfLikeNode,), {"__module__": module_name, "__qualname__": name})
             setattr(module, name, classes[name])
     classes["Color"] = enum.Enum("Color", {"RED": "red"}, module="myapp.config", qualname="Color")  # type: ignore[misc]
+    # Pickled as ``Color('red')`` whatever the Python: 3.11.2 would write ``getattr(Color, 'RED')`` instead.
+    classes["Color"].__reduce_ex__ = lambda member, protocol: (type(member), (member.value,))
     sys.modules["myapp.config"].Color = classes["Color"]  # type: ignore[attr-defined]
     return classes
 
