@@ -11,7 +11,6 @@ archive of that tensor and opens as one.
 from __future__ import annotations
 
 import os
-import pickletools
 import stat
 import struct
 
@@ -37,6 +36,8 @@ ZIP64_RECORD_SIZE = 56
 
 def is_metadata_head(head: bytes) -> bool:
     """Whether ``head`` begins a pickle of a DCP ``Metadata`` (its first global; the opcodes are only read)."""
+    import pickletools  # here: only files that are no checkpoint, and directories, are looked at this way
+
     if not head.startswith(b"\x80"):
         return False
     strings: list[str] = []

@@ -6,8 +6,7 @@ module with an ``open(source, limits) -> ParsedCheckpoint`` and a row here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ckptfs.errors import (
     CkptfsError,
@@ -26,8 +25,7 @@ COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in 
 """Magic numbers of compressed files (a checkpoint compressed whole must be decompressed to be read)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Format:
+class Format(NamedTuple):
     name: str
     probe: Callable[[ByteSource, bytes, Limits], bool]
     """Whether the source, whose first ``SNIFF_BYTES`` are given, is this format's."""

@@ -9,15 +9,13 @@ adapter may hand over without copying: FUSE as file-descriptor buffers).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import Union
+from typing import NamedTuple, Union
 
 from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
 
 
-@dataclass(frozen=True, slots=True)
-class Literal:
+class Literal(NamedTuple):
     data: bytes | bytearray
 
     @property
@@ -25,16 +23,14 @@ class Literal:
         return len(self.data)
 
 
-@dataclass(frozen=True, slots=True)
-class TensorBytes:
+class TensorBytes(NamedTuple):
     tensor: Tensor
     offset: int
     """Into the tensor's logical bytes."""
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class SourceBytes:
+class SourceBytes(NamedTuple):
     extent: Extent
 
     @property
@@ -45,8 +41,7 @@ class SourceBytes:
 Piece = Union[Literal, TensorBytes, SourceBytes]
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
+class Part(NamedTuple):
     """``length`` bytes of ``piece`` from ``start`` (relative to the piece)."""
 
     piece: Piece

@@ -8,14 +8,13 @@ layer serves them as file-descriptor buffers and the sidecar lists them as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ckptfs.model.records import Tensor
 from ckptfs.sources import ByteSource
 
 
-@dataclass(frozen=True, slots=True)
-class Extent:
+class Extent(NamedTuple):
     source: ByteSource
     offset: int
     length: int

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class SourceStat:
+class SourceStat(NamedTuple):
     """The attributes a mount shows for its files: owner, permission bits and times of the source."""
 
     size: int
