@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from corpus import CorpusFile
+
 from mount.helpers import Mounter, require_fuse
 from mount.users import shared_directory
 

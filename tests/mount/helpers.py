@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from index_files import file_of_path
 
 from ckptfs.model.encoding import encode_key
-from index_files import file_of_path
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -114,3 +114,8 @@ def require_fuse() -> None:
     if os.environ.get("CKPTFS_REQUIRE_FUSE") == "1":
         pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing: the mount tests cannot run")
     pytest.skip("/dev/fuse is missing")
+
+
+PRIVATE_MOUNTS = ["unshare", "--mount", "--propagation", "unchanged"]
+"""A mount namespace whose script makes its mounts private itself: a chroot cannot change the propagation of /,
+which ``unshare``'s default does."""

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from corpus import save_zip
+
 from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.test_lifecycle import assert_one_line_error, mounted_under
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes
 from hostile.containers import zip_checkpoint
-from hostile.picklegen import MARK, SETITEMS, EMPTY_DICT, i, ints, lst, pickle, s, storage_pid, tensor_v2
+from hostile.picklegen import EMPTY_DICT, MARK, SETITEMS, i, ints, lst, pickle, s, storage_pid, tensor_v2
+
 from mount.helpers import Mounter, run_cli
 
 pytestmark = pytest.mark.mount

@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 import torch
-
 from corpus import save_zip
+
 from mount.helpers import Mounter, mount_points, run_cli
 from mount.test_lifecycle import mounted_under
 from mount.users import findmnt, root_only

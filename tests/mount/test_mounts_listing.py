@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from corpus import save_zip
+
 from mount.helpers import Mounter, run_cli
 
 pytestmark = pytest.mark.mount

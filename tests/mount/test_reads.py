@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-
 from corpus import CORPUS_NAMES, CorpusFile, TensorPath, torch_bytes
+
 from mount.helpers import tensor_file
 
 pytestmark = pytest.mark.mount

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
+from hostile.containers import zip_checkpoint
+from index_files import files_by_id
+from shapes import LS_LA, dag_bomb, long_paths, omegaconf_like
 
 import ckptfs
 from ckptfs.fs.describe import tensor_metadata
-from ckptfs.model.encoding import encode_key
 from ckptfs.fs.names import entry_name
-from index_files import files_by_id
-from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes, write_raw_archive
+from ckptfs.model.encoding import encode_key
 from mount.helpers import Mounter
-from hostile.containers import zip_checkpoint
-from shapes import LS_LA, dag_bomb, long_paths, omegaconf_like
 
 pytestmark = pytest.mark.mount
 

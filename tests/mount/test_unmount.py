@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from corpus import save_zip
+
 from ckptfs.fuse.unmount import BUSY_HINT, explain
 from mount.helpers import CLI, Mounter, mount_points, run_cli
 from mount.test_lifecycle import assert_one_line_error
