@@ -62,14 +62,12 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         raise MountError("--debug in the background needs --log-file PATH (or -f, to log on the terminal)")
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
-    with gc_paused():
-        checkpoint = open_checkpoint(os.path.abspath(source), limits)
-        try:
-            layout = Layout(checkpoint)
-            check_fuse()
-        except BaseException:
-            checkpoint.close()
-            raise
+    try:
+        checkpoint, layout = _parse(source, limits)
+    except BaseException:
+        if log_fd is not None:
+            os.close(log_fd)
+        raise
     # The parsed tree lives as long as the mount: keep the collector from walking it again and again.
     gc.freeze()
 
@@ -83,6 +81,18 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
+
+
+def _parse(source: str, limits: Limits) -> tuple[Checkpoint, Layout]:
+    with gc_paused():
+        checkpoint = open_checkpoint(os.path.abspath(source), limits)
+        try:
+            layout = Layout(checkpoint)
+            check_fuse()
+        except BaseException:
+            checkpoint.close()
+            raise
+    return checkpoint, layout
 
 
 def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | None, debug: bool) -> None:
