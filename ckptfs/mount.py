@@ -186,13 +186,13 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debu
         os.dup2(pipe, 2)
 
         def notify() -> None:
-            # Logging moves first: whatever happens once the caller has returned goes where it belongs.
+            # Logs and stderr move first: whatever happens once the caller has returned goes where it belongs.
             if log_fd is None:
                 daemon_log.log_nowhere()
             else:
                 daemon_log.log_to_file(log_fd, debug)
-            os.write(pipe, READY)
             daemon_log.redirect_stderr(null if log_fd is None else log_fd)
+            os.write(pipe, READY)
             os.close(pipe)
             if log_fd is None:
                 daemon_log.log_to_syslog(debug)  # after READY: importing its handler costs ~10 ms
