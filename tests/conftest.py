@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from corpus import CorpusFile, build_corpus
 from shapes import fake_omegaconf_classes
 

@@ -19,9 +19,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils.serialization.config as serialization_config
-from torch import nn
-
 from legacy_writer import save_legacy_reproducibly
+from torch import nn
 
 Key = Any
 TensorPath = tuple[Key, ...]

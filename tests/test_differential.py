@@ -10,13 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from torch import nn
-
-import ckptfs
 from checks import check_checkpoint
-from ckptfs.fs.describe import source_ranges
 from corpus import (
     ALL_DTYPES,
     BASE_SHAPE,
@@ -32,6 +26,12 @@ from corpus import (
     save_zip,
     torch_bytes,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import ckptfs
+from ckptfs.fs.describe import source_ranges
 
 # -- the corpus --------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ import torch
 from corpus import save_zip, write_raw_archive
 
 import ckptfs
-from ckptfs.fs.describe import encode_tree
 from ckptfs.errors import LimitExceededError, UnpicklingError
+from ckptfs.fs.describe import encode_tree
 from ckptfs.pickle.values import Global, PickledObject
 
 QUICK = 2.0

@@ -2,11 +2,13 @@
 
 Until the mount is ready they go to stderr, which for a background mount is
 a pipe to the calling command: whatever stops the daemon becomes its one-line
-error. Once ready, a background daemon writes them to ``--log-file``
-(appended, one timestamped line each), else to syslog when ``/dev/log``
-exists, else nowhere. A foreground mount keeps stderr unless given
-``--log-file``. libfuse's own messages, and ``--debug``'s line per request,
-go to stderr: the log file, or nowhere in the background without one.
+error. From the moment the caller is told the mount is ready, a background
+daemon writes them to ``--log-file`` (appended, one timestamped line each),
+else to syslog when ``/dev/log`` exists, else nowhere. A foreground mount
+writes them on stderr, or from the start to ``--log-file`` if given.
+libfuse's own messages, and ``--debug``'s line per request, go to stderr: once
+the mount is ready, the log file if there is one, else (in the background)
+nowhere.
 """
 
 from __future__ import annotations
@@ -39,10 +41,19 @@ def log_to_stderr(debug: bool) -> None:
 
 
 def log_to_file(fd: int, debug: bool) -> None:
-    """From now on stderr (libfuse's messages, tracebacks) and every log record are appended to ``fd``."""
+    """Every log record from now on is appended to ``fd`` (through a descriptor of its own: stderr stays)."""
+    stream = os.fdopen(os.dup(fd), "a", buffering=1, encoding="utf-8", errors="backslashreplace")
+    _install(logging.StreamHandler(stream), FILE_FORMAT, debug)
+
+
+def redirect_stderr(fd: int) -> None:
+    """From now on stderr (libfuse's messages, ``--debug``'s request lines, tracebacks) goes to ``fd``."""
     sys.stderr.flush()
     os.dup2(fd, 2)
-    _install(logging.StreamHandler(sys.stderr), FILE_FORMAT, debug)
+
+
+def log_nowhere() -> None:
+    _install(logging.NullHandler(), "", False)
 
 
 def log_to_syslog(debug: bool, address: str = SYSLOG) -> bool:
@@ -60,17 +71,13 @@ def log_to_syslog(debug: bool, address: str = SYSLOG) -> bool:
     return True
 
 
-def log_nowhere() -> None:
-    _install(logging.NullHandler(), "", False)
-
-
 def _install(handler: logging.Handler, fmt: str, debug: bool) -> None:
+    """Makes ``handler`` the only one, in one step: a record logged meanwhile by another thread is not lost."""
     root = logging.getLogger()
-    for old in root.handlers[:]:
-        root.removeHandler(old)
-        old.close()
     handler.setFormatter(logging.Formatter(fmt, DATE_FORMAT))
-    root.addHandler(handler)
     root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    old, root.handlers = root.handlers, [handler]
+    for replaced in old:
+        replaced.close()
     # mfusepy logs a line per callback it installs: set-up noise, not what the daemon does.
     logging.getLogger("fuse").setLevel(logging.WARNING)

@@ -62,14 +62,12 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         raise MountError("--debug in the background needs --log-file PATH (or -f, to log on the terminal)")
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
-    with gc_paused():
-        checkpoint = open_checkpoint(os.path.abspath(source), limits)
-        try:
-            layout = Layout(checkpoint)
-            check_fuse()
-        except BaseException:
-            checkpoint.close()
-            raise
+    try:
+        checkpoint, layout = _parse(source, limits)
+    except BaseException:
+        if log_fd is not None:
+            os.close(log_fd)
+        raise
     # The parsed tree lives as long as the mount: keep the collector from walking it again and again.
     gc.freeze()
 
@@ -83,35 +81,38 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     if options.foreground:
         _serve_in_foreground(serve, log_fd, options.debug)
     else:
-        _run_detached(serve_forked, target, lambda: _log_in_background(log_fd, options.debug))
+        _run_detached(serve_forked, target, log_fd, options.debug)
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
 
 
+def _parse(source: str, limits: Limits) -> tuple[Checkpoint, Layout]:
+    with gc_paused():
+        checkpoint = open_checkpoint(os.path.abspath(source), limits)
+        try:
+            layout = Layout(checkpoint)
+            check_fuse()
+        except BaseException:
+            checkpoint.close()
+            raise
+    return checkpoint, layout
+
+
 def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | None, debug: bool) -> None:
-    """Serves until unmounted; with a log file, stderr goes there once the mount answers, and comes back after."""
+    """Serves until unmounted. With a log file, log records go there, and stderr too once the mount answers
+    (until then libfuse's complaints are the terminal's); stderr comes back after."""
     if log_fd is None:
         serve(None)
         return
+    daemon_log.log_to_file(log_fd, debug)
     terminal = os.dup(2)
     try:
-        serve(lambda: daemon_log.log_to_file(log_fd, debug))
+        serve(lambda: daemon_log.redirect_stderr(log_fd))
     finally:
         os.dup2(terminal, 2)
         os.close(terminal)
         daemon_log.log_to_stderr(debug)
-
-
-def _log_in_background(log_fd: int | None, debug: bool) -> None:
-    if log_fd is not None:
-        daemon_log.log_to_file(log_fd, debug)
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    os.close(null)
-    if not daemon_log.log_to_syslog(debug):
-        daemon_log.log_nowhere()
 
 
 def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOptions, notify: Notify | None) -> None:
@@ -155,12 +156,12 @@ def raise_read_ahead(device: int) -> None:
 # -- the detached daemon ------------------------------------------------------------
 
 
-def _run_detached(serve: Callable[[Notify], None], target: str, when_ready: Callable[[], None]) -> None:
+def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool) -> None:
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:
         os.close(read_end)
-        _daemon(serve, write_end, when_ready)
+        _daemon(serve, write_end, log_fd, debug)
     os.close(write_end)
     os.waitpid(pid, 0)
     try:
@@ -175,7 +176,7 @@ def _run_detached(serve: Callable[[Notify], None], target: str, when_ready: Call
     raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
 
 
-def _daemon(serve: Callable[[Notify], None], pipe: int, when_ready: Callable[[], None]) -> NoReturn:
+def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debug: bool) -> NoReturn:
     """The forked child: detaches (second fork), then serves with stderr on the pipe until ready."""
     code = 1
     try:
@@ -187,14 +188,18 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, when_ready: Callable[[],
         os.dup2(null, 0)
         os.dup2(null, 1)
         os.dup2(pipe, 2)
-        os.close(null)
 
         def notify() -> None:
-            # stderr leaves the pipe first: once the caller sees the pipe closed, the daemon's descriptors are
-            # those it serves with.
-            when_ready()
+            # Logs and stderr move first: whatever happens once the caller has returned goes where it belongs.
+            if log_fd is None:
+                daemon_log.log_nowhere()
+            else:
+                daemon_log.log_to_file(log_fd, debug)
+            daemon_log.redirect_stderr(null if log_fd is None else log_fd)
             os.write(pipe, READY)
             os.close(pipe)
+            if log_fd is None:
+                daemon_log.log_to_syslog(debug)  # after READY: importing its handler costs ~10 ms
 
         serve(notify)
         code = 0

@@ -42,6 +42,8 @@ class MountOptions:
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
+ALWAYS = ("ro", "default_permissions")
+"""Accepted: every ckptfs mount is so."""
 KERNEL_FLAGS = frozenset({
     "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "nodiratime", "diratime",
     "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime", "sync", "async", "dirsync",
@@ -66,8 +68,8 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 changes[name] = True
             elif not has_value and name in KERNEL_FLAGS:
                 flags.append(name)
-            elif option in ("ro", "default_permissions") or option in MOUNT8_FLAGS or option.startswith(MOUNT8_PREFIXES):
-                pass  # ro and default_permissions: always so
+            elif option in ALWAYS or option in MOUNT8_FLAGS or option.startswith(MOUNT8_PREFIXES):
+                pass
             elif option == "rw":
                 if not rw_as_ro:
                     raise MountError("a ckptfs mount is read-only (ro is implied)", "-o rw")

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import CorpusFile, Expected, TensorPath, dtype_name, save_zip, torch_bytes
 from torch import nn
 
 import ckptfs
 from ckptfs.cli.main import build_parser
 from ckptfs.limits import parse_quantity
-from corpus import CorpusFile, Expected, TensorPath, dtype_name, save_zip, torch_bytes
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 

@@ -14,7 +14,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import EMPTY_DICT, MARK, SETITEMS, i, ints, pickle, s, storage_pid, tensor_v2
 from mount.helpers import mount_points

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpus import CORPUS_NAMES, CorpusFile, save_zip
 
 import ckptfs
 from ckptfs import LimitExceededError, Limits
-from ckptfs.fs.describe import encode_tree, json_text, tensor_metadata
 from ckptfs.cli.info import description_text, indented, summary
-from corpus import CORPUS_NAMES, CorpusFile, save_zip
+from ckptfs.fs.describe import encode_tree, json_text, tensor_metadata
 
 
 def plain_description(ck: ckptfs.Checkpoint) -> str:

@@ -22,10 +22,10 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
+from corpus import CorpusFile, save_zip, write_raw_archive
 
 import ckptfs
 from ckptfs.errors import CkptfsError, CorruptCheckpointError, NotACheckpointError, SourceError, UnsupportedError
-from corpus import CorpusFile, save_zip, write_raw_archive
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 

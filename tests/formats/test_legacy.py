@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import torch
+from checks import check_checkpoint
+from corpus import CorpusFile, load_expected, save_legacy
 
 import ckptfs
-from checks import check_checkpoint
 from ckptfs.errors import CorruptCheckpointError
-from corpus import CorpusFile, load_expected, save_legacy
 
 LEGACY = ["r1_views_containers_legacy", "r2_every_dtype_legacy", "r3_legacy", "r9_protocol4_legacy",
           "whole_module_legacy"]

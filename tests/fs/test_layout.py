@@ -10,25 +10,34 @@ from typing import Any
 
 import pytest
 import torch
+from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from index_files import files_by_id
+from shapes import dag_bomb
 
 import ckptfs
 import ckptfs.fs.layout
 from ckptfs.fs.describe import tensor_metadata
-from ckptfs.model.encoding import encode_key, encode_leaf
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.layout import Layout
-from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, MAX_NAME_BYTES, RESERVED_SUFFIXES, ROOT_VALUE_NAME, child_names, entry_name, key_of_name
+from ckptfs.fs.names import (
+    CONTROL_DIR,
+    INDEX_NAME,
+    MAX_NAME_BYTES,
+    RESERVED_SUFFIXES,
+    ROOT_VALUE_NAME,
+    child_names,
+    entry_name,
+    key_of_name,
+)
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs.views import SIDECAR_SUFFIX
-from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
-from ckptfs.pickle.values import PickledObject
 from ckptfs.fs.sidecar import SidecarMaker
+from ckptfs.fs.views import SIDECAR_SUFFIX
+from ckptfs.model.encoding import encode_key, encode_leaf
+from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.model.tree import children
-from shapes import dag_bomb
-from corpus import CORPUS_NAMES, CorpusFile, save_zip, write_raw_archive
-from index_files import files_by_id
+from ckptfs.pickle.values import PickledObject
 
 _keys = st.one_of(
     st.text(), st.integers(), st.binary(max_size=8), st.booleans(), st.none(),

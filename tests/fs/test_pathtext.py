@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from shapes import long_paths
 
 import ckptfs
 from ckptfs import LimitExceededError, Limits
-from ckptfs.model.encoding import encode_key
 from ckptfs.fs.layout import Layout
-from ckptfs.model import trails as trail_cache
 from ckptfs.fs.pathtext import PathTexts
+from ckptfs.model import trails as trail_cache
+from ckptfs.model.encoding import encode_key
 
 _keys = st.one_of(st.text(max_size=4), st.integers(-5, 5), st.tuples(st.integers(0, 2)), st.binary(max_size=3),
                   st.none(), st.floats(allow_nan=True))

@@ -7,8 +7,8 @@ import ctypes
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptfs.fuse import bindings as libfuse
 from ckptfs.fs.pieces import Content, Literal, Part
+from ckptfs.fuse import bindings as libfuse
 
 
 @given(st.lists(st.binary(max_size=40), max_size=6), st.integers(0, 300), st.integers(0, 300),

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpus import save_zip
 
 import ckptfs
 from ckptfs import Limits
-from ckptfs.fuse import operations as fuse_ops
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir
-from corpus import save_zip
+from ckptfs.fuse import operations as fuse_ops
 
 
 def _stat_of(fs: fuse_ops.CheckpointFS, path: str) -> bytes:

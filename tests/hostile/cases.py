@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable
 
 import ckptfs
-from ckptfs.fs.describe import encode_tree
 from ckptfs.errors import (
     CkptfsError,
     CorruptCheckpointError,
@@ -29,8 +28,9 @@ from ckptfs.errors import (
     UnpicklingError,
     UnsupportedError,
 )
-from ckptfs.pickle.values import PickledObject
+from ckptfs.fs.describe import encode_tree
 from ckptfs.model.tree import walk
+from ckptfs.pickle.values import PickledObject
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import ckptfs
-from ckptfs.errors import CkptfsError, LimitExceededError
 from ckptfs.cli.info import description_text
+from ckptfs.errors import CkptfsError, LimitExceededError
 from hostile.conftest import CPU_BOUND, MEMORY_BOUND, WALL_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"

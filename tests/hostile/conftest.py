@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from mount.helpers import require_fuse
 
 from hostile.cases import CASES, Env
 from hostile.mounting import Mounts
-from mount.helpers import require_fuse
 from hostile.seeds import SEED_NAMES, write_seeds
 
 HERE = Path(__file__).resolve().parent

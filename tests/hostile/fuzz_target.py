@@ -15,11 +15,11 @@ import zipfile
 import zlib
 
 import ckptfs
-from ckptfs.errors import CkptfsError
 from ckptfs.cli.info import description_text
+from ckptfs.cli.listing import json_lines, listed, text_lines
+from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
-from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000

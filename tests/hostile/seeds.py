@@ -116,7 +116,6 @@ def write_seeds(out: Path) -> None:
     import warnings
 
     import torch
-
     from legacy_writer import save_legacy_reproducibly
 
     warnings.filterwarnings("ignore")

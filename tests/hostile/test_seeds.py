@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from legacy_writer import KEY_BASE, KEY_STEP
 
 from hostile.seeds import SEED_NAMES
-from legacy_writer import KEY_BASE, KEY_STEP
 
 HERE = Path(__file__).resolve().parent
 

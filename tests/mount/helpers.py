@@ -115,7 +115,3 @@ def require_fuse() -> None:
         pytest.fail("CKPTFS_REQUIRE_FUSE=1 but /dev/fuse is missing: the mount tests cannot run")
     pytest.skip("/dev/fuse is missing")
 
-
-PRIVATE_MOUNTS = ["unshare", "--mount", "--propagation", "unchanged"]
-"""A mount namespace whose script makes its mounts private itself: a chroot cannot change the propagation of /,
-which ``unshare``'s default does."""

@@ -89,7 +89,8 @@ def test_o_debug_without_a_log_file_is_refused_in_the_background(tmp_path: Path)
     source = save_zip({"w": torch.ones(3)}, tmp_path / "model.pt")
     (tmp_path / "mnt").mkdir()
     assert_one_line_error(run_cli("mount", "-o", "debug", source, tmp_path / "mnt"),
-                          r"^ckptfs: --debug in the background needs --log-file PATH \(or -f, to log on the terminal\)$")
+                          r"^ckptfs: --debug in the background needs --log-file PATH "
+                          r"\(or -f, to log on the terminal\)$")
     result = run_cli("mount", "--debug", source, tmp_path / "mnt")
     assert result.returncode != 0 and "--debug in the background needs --log-file" in result.stderr
     assert not mounted_under(tmp_path)

@@ -20,8 +20,8 @@ import torch
 from corpus import save_zip
 
 from ckptfs.fuse.mount import device_access_problem
-from mount.helpers import CLI, PRIVATE_MOUNTS, Mounter, daemon_pids, mount_points, run_cli, wait_until
-from mount.users import as_user, nobody, root_only
+from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
+from mount.users import cli_as_user, nobody, private_mount_namespace, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -251,8 +251,6 @@ def test_dev_fuse_without_permission_says_what_would_give_it() -> None:
 
 NO_FUSE_ACCESS = """
 set -e
-# Mounts made here stay here: the whole tree private, or /dev at least where / is no mount point (a chroot).
-mount --make-rprivate / 2>/dev/null || mount --make-rprivate /dev
 dir=$1 group=$2
 shift 2
 mknod -m 660 "$dir/fuse" c 10 229
@@ -268,9 +266,9 @@ def test_dev_fuse_without_permission_for_a_plain_user(shared_dir: Path) -> None:
     (shared_dir / "mnt").mkdir()
     group = next(g for g in grp.getgrall() if g.gr_gid != 0 and g.gr_gid != nobody().pw_gid)
     # In a mount namespace of its own, /dev/fuse is replaced by a node of mode 0660 owned by group `group`.
-    mount_as_nobody = as_user(nobody(), *CLI, "mount")
-    result = subprocess.run([*PRIVATE_MOUNTS, "sh", "-c", NO_FUSE_ACCESS, "sh", str(shared_dir), group.gr_name,
-                             *mount_as_nobody], capture_output=True, text=True, timeout=60)
+    argv = [*private_mount_namespace(), "sh", "-c", NO_FUSE_ACCESS, "sh", str(shared_dir), group.gr_name,
+            *cli_as_user(nobody(), "mount")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, rf"^ckptfs: FUSE is not available: no permission to open /dev/fuse \(mode "
                                   rf"crw-rw----, group {group.gr_name}\): join group {group.gr_name} ")
     assert not mounted_under(shared_dir)

@@ -13,9 +13,9 @@ import pytest
 import torch
 from corpus import save_zip
 
-from mount.helpers import CLI, PRIVATE_MOUNTS, Mounter, daemon_pids, mount_points, run_cli, wait_until
+from mount.helpers import CLI, Mounter, daemon_pids, mount_points, run_cli, wait_until
 from mount.test_lifecycle import assert_one_line_error, mounted_under
-from mount.users import IS_ROOT, as_user, findmnt, nobody, root_only
+from mount.users import IS_ROOT, as_user, cli_as_user, findmnt, nobody, private_mount_namespace, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -167,8 +167,6 @@ def test_allow_other_lets_another_user_in(shared_dir: Path) -> None:
 
 AS_NOBODY_WITH_FUSE = """
 set -e
-# Mounts made here stay here: the whole tree private, or /dev at least where / is no mount point (a chroot).
-mount --make-rprivate / 2>/dev/null || mount --make-rprivate /dev
 dir=$1
 shift
 mknod -m 666 "$dir/fuse" c 10 229
@@ -195,7 +193,8 @@ def test_allow_other_for_a_plain_user_follows_etc_fuse_conf(shared_dir: Path) ->
     (shared_dir / "mnt").chmod(0o777)  # fusermount3 wants the user to own or be able to write it
     mount = [*CLI, "mount", "-o", "allow_other", source, shared_dir / "mnt"]
     if IS_ROOT:  # as nobody, in a mount namespace whose /dev/fuse any user may open (as on a stock Debian)
-        argv = [*PRIVATE_MOUNTS, "sh", "-c", AS_NOBODY_WITH_FUSE, "sh", shared_dir, *as_user(nobody(), *mount)]
+        argv = [*private_mount_namespace(), "sh", "-c", AS_NOBODY_WITH_FUSE, "sh", shared_dir,
+                *cli_as_user(nobody(), *mount[len(CLI):])]
         result = subprocess.run(list(map(str, argv)), capture_output=True, text=True, timeout=60)
     else:
         result = run_cli(*mount[len(CLI):])

@@ -12,9 +12,9 @@ import torch
 from corpus import save_zip
 
 from ckptfs.fuse.unmount import BUSY_HINT, explain
-from mount.helpers import CLI, Mounter, mount_points, run_cli
+from mount.helpers import Mounter, mount_points, run_cli
 from mount.test_lifecycle import assert_one_line_error
-from mount.users import as_user, nobody, root_only
+from mount.users import cli_as_user, nobody, root_only
 
 pytestmark = pytest.mark.mount
 
@@ -77,7 +77,7 @@ def test_another_users_mount_says_whose_it_is(shared_dir: Path) -> None:
     mounter = Mounter(shared_dir / "mnt")
     try:
         mnt = mounter(source)
-        result = subprocess.run(as_user(nobody(), *CLI, "umount", mnt), capture_output=True, text=True)
+        result = subprocess.run(cli_as_user(nobody(), "umount", mnt), capture_output=True, text=True)
         assert_one_line_error(result, rf"^ckptfs: {mnt}: cannot unmount: another user's mount \(root, uid 0\); "
                                       r"only that user or root can unmount it$")
         assert str(mnt) in mount_points()
@@ -91,8 +91,8 @@ RECORDED = {
                                                                       "only that user or root can unmount it"),
     "fusermount3: failed to unmount /mnt/m: Device or resource busy": (1000, 1000, BUSY_HINT),
     "umount: /mnt/m: target is busy.": (0, 0, BUSY_HINT),
-    "fusermount3: failed to unmount /mnt/m: Invalid argument": (1000, 1000,
-                                                               "fusermount3: failed to unmount /mnt/m: Invalid argument"),
+    "fusermount3: failed to unmount /mnt/m: Invalid argument": (
+        1000, 1000, "fusermount3: failed to unmount /mnt/m: Invalid argument"),
 }
 
 

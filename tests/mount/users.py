@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from mount.helpers import force_unmount, mount_points
+from mount.helpers import CLI, force_unmount, mount_points
 
 IS_ROOT = os.geteuid() == 0
 root_only = pytest.mark.skipif(not IS_ROOT, reason="root only: another user, /sbin or mount(8)")
@@ -26,6 +26,21 @@ def nobody() -> pwd.struct_passwd:
 def as_user(user: pwd.struct_passwd, *argv: str | Path) -> list[str]:
     """``argv`` run as ``user`` (setpriv: util-linux, on every Debian; sudo may be missing)."""
     return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *map(str, argv)]
+
+
+def cli_as_user(user: pwd.struct_passwd, *args: str | Path) -> list[str]:
+    """``ckptfs ARGS`` run as ``user``, who may read every file (CAP_DAC_READ_SEARCH): the checkout and its venv
+    may lie where only root reads (/root/repo). FUSE and fusermount3 judge by user id, which stays ``user``'s."""
+    caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    return [*as_user(user), *caps, *CLI, *map(str, args)]
+
+
+def private_mount_namespace() -> list[str]:
+    """unshare's argv for a mount namespace of its own. Where / is no mount point of this root (a chroot whose
+    mounts are private already), unshare cannot make / private: propagation then stays as it is."""
+    if "/" in mount_points():
+        return ["unshare", "--mount"]
+    return ["unshare", "--mount", "--propagation", "unchanged"]
 
 
 def shared_directory() -> Iterator[Path]:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs.model import rebuild
 from ckptfs.errors import TruncatedPickleError, UnpicklingError
+from ckptfs.model import rebuild
 from ckptfs.pickle.unpickler import load_at
 from ckptfs.pickle.values import Global, PickledObject
 
