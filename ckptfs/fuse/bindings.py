@@ -109,20 +109,6 @@ def fd_bufvec(fd: int, pos: int, size: int) -> int:
     return address
 
 
-def memory_bufvec(data: bytes | bytearray) -> int:
-    """A malloc'ed bufvec holding a malloc'ed copy of ``data``."""
-    if isinstance(data, bytearray):
-        data = (ctypes.c_char * len(data)).from_buffer(data)  # type: ignore[assignment]
-    address = _malloc(_BUFVEC.size)
-    memory = _malloc(len(data) or 1)
-    if not address or not memory:
-        _free(address)
-        _free(memory)
-        raise MemoryError("malloc failed for a fuse_bufvec")
-    _memmove(memory, data, len(data))
-    _memmove(address, _BUFVEC.pack(1, 0, 0, len(data), 0, memory, -1, 0), _BUFVEC.size)
-    return address
-
 
 _BUFVEC_HEAD = struct.Struct("=QQQ")
 _BUF = struct.Struct("=Qi4xQi4xq")

@@ -245,7 +245,7 @@ class CheckpointFS:
         count = min(size, opened.content.size - offset)
         try:
             if count <= 0:
-                address = libfuse.memory_bufvec(b"")
+                address = libfuse.bufvec([b""])
             elif opened.fd >= 0:
                 _check_not_truncated(opened.fd, opened.start + offset, count)
                 address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
