@@ -1,7 +1,11 @@
 """Recognises a checkpoint's format by its content, never by its file name; names what other files are.
 
-Formats are tried from one table of probes (``FORMATS``): a new format is a
-module with an ``open(source, limits) -> ParsedCheckpoint`` and a row here.
+The tail is read first (``Prefetch``): a zip's end record there opens the
+archive without reading the head (a zip's head is among its records, read
+next anyway). Otherwise, or when that zip does not open and the file does not
+start like one, formats are tried from one table of probes on the head
+(``FORMATS``): a new format is a module with an ``open(opening, limits) ->
+ParsedCheckpoint`` and a row here.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from ckptfs.errors import (
 )
 from ckptfs.formats import dcp, legacy, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.formats.prefetch import Prefetch
+from ckptfs.formats.zip_archive import LOCAL_SIG, find_end_record
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
-SNIFF_BYTES = 512
+HEAD_BYTES = 256 * 1024
+"""The head read when the tail holds no zip end record: enough for a legacy file's pickles of a few thousand
+tensors (the legacy reader asks for more if they go on)."""
 COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in b"123456789"),
               (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4")]
 """Magic numbers of compressed files (a checkpoint compressed whole must be decompressed to be read)."""
@@ -27,27 +35,35 @@ COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in 
 
 class Format(NamedTuple):
     name: str
-    probe: Callable[[ByteSource, bytes, Limits], bool]
-    """Whether the source, whose first ``SNIFF_BYTES`` are given, is this format's."""
-    open: Callable[[ByteSource, Limits], ParsedCheckpoint]
+    probe: Callable[[Prefetch, bytes, Limits], bool]
+    """Whether the source, whose head is given, is this format's."""
+    open: Callable[[Prefetch, Limits], ParsedCheckpoint]
 
 
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    head = source.read(0, min(source.size, SNIFF_BYTES))
-    if not head:
+    if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
+    opening = Prefetch(source)
+    end_record = find_end_record(opening.tail)
+    if end_record >= 0 and opening.tail[end_record + 10 : end_record + 12] != b"\0\0":
+        try:
+            return _open_zip(opening, limits)
+        except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
+            if opening.head(len(LOCAL_SIG)) == LOCAL_SIG:
+                raise
+    head = opening.head(HEAD_BYTES)
     for candidate in FORMATS:
-        if candidate.probe(source, head, limits):
-            return candidate.open(source, limits)
+        if candidate.probe(opening, head, limits):
+            return candidate.open(opening, limits)
     raise _not_a_checkpoint(head)
 
 
-def _open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
     """A torch.save or TorchScript archive; a zip that is neither may be one file of a DCP directory."""
     try:
-        return zip_checkpoint.open_zip(source, limits)
+        return zip_checkpoint.open_zip(opening, limits)
     except (CorruptCheckpointError, NotACheckpointError):
-        if dcp.is_distcp(source):
+        if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
+from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
@@ -15,7 +16,6 @@ from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.model.records import Storage
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import PickledObject
-from ckptfs.sources import ByteSource
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
@@ -58,13 +58,13 @@ class _StorageTable:
         return storage
 
 
-def probe(source: ByteSource, head: bytes, limits: Limits) -> bool:
+def probe(opening: Prefetch, head: bytes, limits: Limits) -> bool:
     """A zip archive's first local header (its prefix and records are checked on opening)."""
     return head.startswith(b"PK\x03\x04")
 
 
-def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    archive = ZipArchive(source, limits)
+def open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
+    archive = ZipArchive(opening, limits)
     if archive.entry("archive_format") is not None:
         raise UnsupportedError("torch.export (.pt2) archives are not supported")
     is_torchscript = archive.entry("constants.pkl") is not None
@@ -93,6 +93,7 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     archive.resolve_data_offsets(entries, alignment)
     for storage, entry in zip(storages, entries):
         storage.offset = entry.data_offset
+    archive.finish_opening()
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
@@ -109,6 +110,10 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 class ZipParsed(ParsedCheckpoint):
     archive: ZipArchive = field(kw_only=True)
     limits: Limits = field(kw_only=True)
+
+    def verify(self, storage: Storage) -> None:
+        """Checks the record's local header against the data offset computed at open."""
+        self.archive.check_local_header(self.archive.entries[self.archive.prefix + storage.record])
 
     def inflate(self, storage: Storage) -> bytes:
         entry = self.archive.entries[self.archive.prefix + storage.record]

@@ -10,11 +10,11 @@ import os
 import re
 
 from ckptfs.errors import UnsupportedError
-from ckptfs.sources.base import ByteSource, SourceStat
+from ckptfs.sources.base import ByteSource, SourceStat, tail_hint
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
 
-__all__ = ["ByteSource", "BytesSource", "LocalFileSource", "SourceStat", "open_source"]
+__all__ = ["ByteSource", "BytesSource", "LocalFileSource", "SourceStat", "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
