@@ -153,6 +153,26 @@ def reads(expected: dict[tuple, bytes] | None = None, error: type[CkptfsError] |
     return check
 
 
+def reads_but(record: str, reason: str) -> Callable[[ckptfs.Checkpoint], None]:
+    """Tensors of storage ``record`` fail to read with CorruptCheckpointError for ``reason``; every other reads."""
+
+    def check(ck: ckptfs.Checkpoint) -> None:
+        assert any(t.storage is not None and t.storage.record == record for t in ck.tensors)
+        for tensor in ck.tensors:
+            if tensor.storage is None or tensor.storage.record != record:
+                ck.read(tensor, 0, 1 << 16)
+                continue
+            try:
+                ck.read(tensor, 0, 1 << 16)
+            except CorruptCheckpointError as exc:
+                assert re.search(reason, exc.reason), exc.reason
+                assert exc.path == ck.path
+            else:
+                raise AssertionError(f"reading {tensor.path} did not fail")
+
+    return check
+
+
 # -- code execution ------------------------------------------------------------
 
 
@@ -830,13 +850,25 @@ case("zip_overlapping_records_torch", "container",
      CorruptCheckpointError, r"overlaps the next record|no local header")
 case("zip_local_header_bad_signature", "container",
      lambda env: b"XX" + _small_zip()[2:], NotACheckpointError, r"not a PyTorch checkpoint \(starts with bytes 58 58")
+# Data offsets are computed from the central directory; each local header is checked on its record's first read.
 case("zip_local_header_first_storage_bad", "container",
      lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/0"),
                         "<I", 0),
-     CorruptCheckpointError, r"no local header at offset \d+ for zip record 'zip_state/data/0'")
+     check=reads_but("data/0", r"no local header at offset \d+ for zip record 'zip_state/data/0'"))
 case("zip_local_header_later_storage_bad", "container",
      lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/3"),
-                        "<I", 0), check=reads())
+                        "<I", 0), check=reads_but("data/3", r"no local header at offset \d+"))
+case("zip_local_header_moves_the_data", "container",
+     lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/1") + 28,
+                        "<H", 4),
+     check=reads_but("data/1", r"local header of zip record 'zip_state/data/1' at offset \d+ disagrees with the "
+                               r"central directory \(data at offset \d+\)"))
+case("zip_local_header_names_another_record", "container",
+     lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/2") + 30
+                        + len("zip_state/data/"), "<B", ord("7")),
+     check=reads_but("data/2", r"local header of zip record 'zip_state/data/2' .* disagrees"))
+case("zip_cd_offset_past_eof_torch", "container", _cd_field("zip_state/data/3", 42, "<I", 0xFFFFFF00, "zip_state.pt"),
+     CorruptCheckpointError, r"zip record 'zip_state/data/3' \(\d+ bytes at offset 4294967040\) overruns the central")
 case("zip_duplicate_name", "container",
      lambda env: _zip_raw([("a/data.pkl", pickle(TENSOR)), ("a/data/0", FLOATS), ("a/data/0", FLOATS[::-1])]),
      CorruptCheckpointError, r"duplicate zip record 'a/data/0'")
