@@ -46,7 +46,8 @@ DESCRIPTOR_SIZES = (12, 16, 20, 24)
 """A data descriptor: CRC and 4- or 8-byte sizes, with or without its signature (torch writes one after each
 record)."""
 BEFORE_DIRECTORY = 4096
-"""Read with a central directory larger than the tail: torch puts its ``version`` records just before it."""
+"""Read with the central directory when the tail misses them: torch puts its ``version`` records (and
+TorchScript its pickles) just before the directory."""
 STORED = 0
 DEFLATED = 8
 NOT_A_CHECKPOINT = "a zip archive, but not a torch.save checkpoint (no data.pkl)"
@@ -112,8 +113,8 @@ class ZipArchive:
                 f"central directory ({cd_size} bytes at offset {cd_offset}) overruns the end records at {end_of_cd}"
             )
         self.cd_offset = cd_offset
-        if not opening.covers(cd_offset, cd_size):
-            before = min(cd_offset, BEFORE_DIRECTORY)
+        before = min(cd_offset, BEFORE_DIRECTORY)
+        if not opening.covers(cd_offset - before, cd_size + before):
             opening.read(cd_offset - before, cd_size + before)
         self._parse_directory(opening.read(cd_offset, cd_size), count)
 
