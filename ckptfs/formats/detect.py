@@ -21,7 +21,7 @@ from ckptfs.errors import (
 from ckptfs.formats import dcp, legacy, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
-from ckptfs.formats.zip_archive import LOCAL_SIG, find_end_record
+from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
@@ -44,11 +44,10 @@ def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
     opening = Prefetch(source)
-    end_record = find_end_record(opening.tail)
-    if end_record >= 0 and opening.tail[end_record + 10 : end_record + 12] != b"\0\0":
+    if ends_with_records(opening.tail):
         try:
             return _open_zip(opening, limits)
-        except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
+        except CkptfsError:
             if opening.head(len(LOCAL_SIG)) == LOCAL_SIG:
                 raise
     head = opening.head(HEAD_BYTES)

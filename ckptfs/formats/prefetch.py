@@ -52,7 +52,8 @@ class Prefetch:
         return min(starts) if starts else None
 
     def covers(self, offset: int, length: int) -> bool:
-        return any(start <= offset and offset + length <= start + len(data) for start, data in self._spans)
+        return length == 0 or any(start <= offset and offset + length <= start + len(data)
+                                  for start, data in self._spans)
 
     def head(self, length: int) -> bytes:
         """The first ``length`` bytes (fewer in a shorter file)."""

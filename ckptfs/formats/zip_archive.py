@@ -119,8 +119,7 @@ class ZipArchive:
         self._parse_directory(opening.read(cd_offset, cd_size), count)
 
     def _reads(self) -> Prefetch:
-        if self._opening is None:
-            raise RuntimeError("the zip archive is open: records are read from the source")
+        assert self._opening is not None, "records and the directory are read while opening"
         return self._opening
 
     def finish_opening(self) -> None:
@@ -317,6 +316,12 @@ def find_end_record(tail: bytes) -> int:
             if pos + EOCD.size + comment_length == len(tail):
                 return pos
     return -1
+
+
+def ends_with_records(tail: bytes) -> bool:
+    """Whether ``tail``, the end of a file, is a zip's end record announcing at least one record."""
+    pos = find_end_record(tail)
+    return pos >= 0 and EOCD.unpack_from(tail, pos)[4] != 0
 
 
 def predicted_data_offset(header_offset: int, name_len: int, size: int, alignment: int) -> int:
