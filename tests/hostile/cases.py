@@ -598,6 +598,34 @@ case("shape_dag", "tensor", lambda env: _tensor_zip(size=_dag(lambda x: x + x + 
      r"tensor size entry must be an integer, got tuple")
 case("shape_stride_rank_mismatch", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(1)),
      CorruptCheckpointError, r"tensor size \(2, 2\) and stride \(1,\) differ in rank")
+
+
+def _built_tensor(state: bytes, cls: str = "Tensor") -> bytes:
+    """Older torch's encoding: ``torch.<cls>()`` given its data by BUILD."""
+    return zip_checkpoint(pickle(call(glob("torch", cls)) + state + BUILD), {"0": FLOATS})
+
+
+FLOAT_STORAGE = storage_pid("FloatStorage", "0", 4)
+case("built_tensor_past_its_storage", "tensor", lambda env: _built_tensor(tup(FLOAT_STORAGE, i(1), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor of size \(4,\), stride \(1,\), offset 1 \(float32\) needs 20 bytes")
+case("built_tensor_state_not_a_storage", "tensor", lambda env: _built_tensor(tup(s("0"), i(0), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor storage must be a storage reference, got str")
+case("built_tensor_wrong_class", "tensor",
+     lambda env: _built_tensor(tup(FLOAT_STORAGE, i(0), ints(4), ints(1)), "LongTensor"),
+     CorruptCheckpointError, r"legacy tensor class of dtype int64 is set to a storage of dtype float32")
+case("built_tensor_state_dict", "tensor", lambda env: _built_tensor(dct((s("a"), i(1)))),
+     CorruptCheckpointError, r"a legacy tensor's state \{'a': 1\} is not a 3, 4 or 5-tuple")
+case("built_tensor_variable_of_itself", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + put(0) + tup(get(0), b"N", b"N", b"\x88", b"N")
+                                       + BUILD)), check=reads({(): b""}))
+case("built_tensor_twice", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + tup(FLOAT_STORAGE, i(0), ints(4), ints(1))
+                                       + BUILD + tup(FLOAT_STORAGE, i(2), ints(2), ints(1)) + BUILD), {"0": FLOATS}),
+     check=reads({(): FLOATS[8:]}))
+case("empty_storage_under_every_dtype", "tensor",
+     lambda env: zip_checkpoint(pickle(lst(*(tensor_v2(storage_pid(cls, "0", 0), i(0), ints(0), ints(1))
+                                              for cls in ("FloatStorage", "ByteStorage", "LongStorage") * 1000))),
+                                {"0": b""}), check=bounded(3000))
 case("stride_negative", "tensor", lambda env: _tensor_zip(size=ints(4), stride=ints(-1)), CorruptCheckpointError,
      r"tensor stride \(-1,\) has a negative entry")
 case("stride_overflow", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(2**62, 1)),
