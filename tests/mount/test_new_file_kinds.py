@@ -1,0 +1,42 @@
+"""Files of forms added for issue 14, read through a real mount with real programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from corpus import save_zip, torch_bytes
+
+from mount.helpers import Mounter
+
+pytestmark = [pytest.mark.mount, pytest.mark.filterwarnings("ignore:TypedStorage")]
+
+
+def _cat(*files: Path) -> bytes:
+    return subprocess.run(["cat", *map(str, files)], capture_output=True, check=True).stdout
+
+
+def test_quantized_scales_and_zero_points_read_with_cat(tmp_path: Path, mounter: Mounter) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = torch.quantize_per_channel(torch.linspace(-2, 2, 12).reshape(3, 4),
+                                       torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), torch.tensor([0, 1, 2]), 0,
+                                       torch.qint8)
+    path = save_zip({"layer": {"w": w, "tied": w}}, tmp_path / "q.pt")
+    expected = torch.load(path)["layer"]["w"]
+    mnt = mounter(path)
+    layer = mnt / "layer"
+    assert sorted(os.listdir(layer)) == ["tied", "tied.json", "tied.q_scales", "tied.q_zero_points", "w", "w.json",
+                                         "w.q_scales", "w.q_zero_points"]
+    assert _cat(layer / "w") == torch_bytes(expected)
+    assert _cat(layer / "w.q_scales") == torch_bytes(expected.q_per_channel_scales())
+    assert _cat(layer / "tied.q_zero_points") == torch_bytes(expected.q_per_channel_zero_points())
+    assert os.readlink(layer / "tied.q_scales") == "w.q_scales"
+    assert (layer / "w.q_scales").stat().st_size == 24
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_bytes())
+    assert {t["file"]: t.get("q_scales") for t in index["tensors"]} == {"layer/w": "layer/w.q_scales"}
