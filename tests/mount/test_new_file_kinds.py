@@ -40,3 +40,15 @@ def test_quantized_scales_and_zero_points_read_with_cat(tmp_path: Path, mounter:
     assert (layer / "w.q_scales").stat().st_size == 24
     index = json.loads((mnt / ".ckptfs" / "index.json").read_bytes())
     assert {t["file"]: t.get("q_scales") for t in index["tensors"]} == {"layer/w": "layer/w.q_scales"}
+
+
+def test_a_skip_data_file_mounts_with_its_storages_marked_unwritten(tmp_path: Path, mounter: Mounter) -> None:
+    path = tmp_path / "skip.pt"
+    with torch.serialization.skip_data():
+        torch.save({"w": torch.arange(6.0), "b": torch.ones(2, dtype=torch.int64)}, path)
+    loaded = torch.load(path)
+    mnt = mounter(path)
+    for name in ("w", "b"):
+        sidecar = json.loads((mnt / f"{name}.json").read_bytes())
+        assert sidecar["storage"]["written"] is False
+        assert _cat(mnt / name) == torch_bytes(loaded[name])
