@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from big_endian import save_big_endian
 from corpus import save_zip, torch_bytes
 
 from mount.helpers import Mounter
@@ -52,3 +54,17 @@ def test_a_skip_data_file_mounts_with_its_storages_marked_unwritten(tmp_path: Pa
         sidecar = json.loads((mnt / f"{name}.json").read_bytes())
         assert sidecar["storage"]["written"] is False
         assert _cat(mnt / name) == torch_bytes(loaded[name])
+
+
+def test_big_endian_tensors_read_little_endian_with_cat(tmp_path: Path, mounter: Mounter) -> None:
+    path = tmp_path / "big.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = {"u32": torch.tensor([1, 0xDEADBEEF], dtype=torch.uint32),
+                 "c32": torch.tensor([1.5 - 2j], dtype=torch.complex32),
+                 "f64_t": torch.arange(6.0).double().reshape(2, 3).t()}
+        save_big_endian(state, path)
+    mnt = mounter(path)
+    assert _cat(mnt / "u32") == struct.pack("<2I", 1, 0xDEADBEEF)
+    assert _cat(mnt / "c32") == struct.pack("<2e", 1.5, -2.0)
+    assert _cat(mnt / "f64_t") == struct.pack("<6d", 0, 3, 1, 4, 2, 5)
