@@ -26,6 +26,7 @@ FORMAT_NAMES = {
     "zip": "torch.save zip archive (torch >= 1.6)",
     "torchscript": "TorchScript archive (torch.jit.save)",
     "legacy": "legacy torch.save stream (torch < 1.6)",
+    "tar": "legacy TAR checkpoint (torch <= 0.3)",
 }
 UNWRITTEN_SHOWN = 20
 """Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""

@@ -22,7 +22,7 @@ class ParsedCheckpoint:
     """
 
     format: str
-    """``zip``, ``torchscript`` or ``legacy``."""
+    """``zip``, ``torchscript``, ``legacy`` or ``tar``."""
     root: Any
     storages: list[Storage]
     byteorder: str = "little"

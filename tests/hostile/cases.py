@@ -12,6 +12,7 @@ import io
 import json
 import re
 import struct
+import tarfile
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from ckptfs.errors import (
 from ckptfs.fs.describe import encode_tree
 from ckptfs.model.tree import walk
 from ckptfs.pickle.values import PickledObject
+import tar_writer
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (
@@ -951,7 +953,47 @@ case("not_safetensors", "container", lambda env: struct.pack("<Q", 2) + b"{}", N
 case("not_gguf", "container", lambda env: b"GGUF" + bytes(100), NotACheckpointError, r"a GGUF file")
 case("not_npy", "container", lambda env: b"\x93NUMPY" + bytes(100), NotACheckpointError, r"a numpy \.npy file")
 case("not_hdf5", "container", lambda env: b"\x89HDF\r\n\x1a\n" + bytes(100), NotACheckpointError, r"an HDF5 file")
-case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), UnsupportedError, r"a tar archive")
+case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), CorruptCheckpointError,
+     r"tar header at offset 0 has a bad checksum")
+
+
+def _tar(members: dict[str, bytes], pax: dict[str, str] | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.pax_headers = pax or {}
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _tar_view(offset: int, numel: int) -> bytes:
+    """A TAR checkpoint with one float32 storage of 4 and a storage view of it at ``offset``, ``numel`` long."""
+    root = tar_writer.p_tuple(tar_writer.p_int(1, False), tar_writer.p_str("cpu", False),
+                              tar_writer.p_global("torch", "FloatStorage"))
+    view = tar_writer.p_tuple(*(tar_writer.p_int(v, False) for v in (2, 1, offset, numel)))
+    storages = (tar_writer.pickle2(b"K\x01") + tar_writer.pickle2(root) + struct.pack("<q", 4) + FLOATS
+                + tar_writer.pickle2(b"](" + view + b"e"))
+    return _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": storages})
+
+
+case("tar_view_past_its_root", "container", lambda env: _tar_view(2, 3), CorruptCheckpointError,
+     r"storage view 2 \(2 \+ 3 elements\) runs past storage 1 of 4")
+case("tar_view_of_a_missing_root", "container", lambda env: _tar_view(0, 1).replace(b"K\x02K\x01", b"K\x02K\x09"),
+     CorruptCheckpointError, r"storage view 2 names 9, which is not a stored storage")
+case("tar_storage_count_huge", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": pickle(i(2**31 - 1))}),
+     LimitExceededError, r"2147483647 storage exceed 5000000 \(limit max_tensors\)")
+case("tar_pax_size_past_the_file", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": b"", "storages": b""}, {"size": "99999999"}),
+     CorruptCheckpointError, r"runs past the end of the file")
+case("tar_tensors_truncated", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(1)) + pickle(tup(i(5), i(1), b"N")) + b"\x01",
+                       "storages": pickle(i(0)) + pickle(EMPTY_LIST)}),
+     CorruptCheckpointError, r"tensor 5 names storage 1, which the storages lack")
+case("tar_empty_members", "container", lambda env: _tar({"pickle": b"", "tensors": b"", "storages": b""}),
+     CorruptCheckpointError, r"a pickle of tar member 'storages' is truncated")
 case("not_pytorch1", "container", lambda env: b"PYTORCH1" + bytes(100), UnsupportedError, r"PYTORCH1")
 case("not_plain_pickle", "container", lambda env: pickle(dct((s("a"), i(1)))), NotACheckpointError,
      r"no legacy magic number")

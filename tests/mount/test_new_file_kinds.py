@@ -13,6 +13,7 @@ import pytest
 import torch
 from big_endian import save_big_endian
 from corpus import save_zip, torch_bytes
+from tar_writer import tar_checkpoint
 
 from mount.helpers import Mounter
 
@@ -68,3 +69,15 @@ def test_big_endian_tensors_read_little_endian_with_cat(tmp_path: Path, mounter:
     assert _cat(mnt / "u32") == struct.pack("<2I", 1, 0xDEADBEEF)
     assert _cat(mnt / "c32") == struct.pack("<2e", 1.5, -2.0)
     assert _cat(mnt / "f64_t") == struct.pack("<6d", 0, 3, 1, 4, 2, 5)
+
+
+def test_a_tar_checkpoint_of_old_torch_reads_with_cat(tmp_path: Path, mounter: Mounter) -> None:
+    weights = torch.linspace(-1, 1, 12).reshape(3, 4)
+    path = tmp_path / "old.pt"
+    path.write_bytes(tar_checkpoint({"w": weights, "wt": weights.t(), "ids": torch.tensor([7, 1 << 40]), "step": 3},
+                                    py2=True))
+    loaded = torch.load(path, weights_only=False)
+    mnt = mounter(path)
+    assert _cat(mnt / "w", mnt / "wt", mnt / "ids") == b"".join(torch_bytes(loaded[k]) for k in ("w", "wt", "ids"))
+    assert _cat(mnt / "step") == b"3\n"
+    assert not (mnt / "wt").is_symlink() and json.loads((mnt / "wt.json").read_bytes())["stride"] == [1, 4]
