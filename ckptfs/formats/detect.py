@@ -18,7 +18,7 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, zip_checkpoint
+from ckptfs.formats import dcp, legacy, legacy_tar, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -76,9 +76,10 @@ def directory_error(path: str) -> CkptfsError:
 
 FORMATS = (
     Format("zip", zip_checkpoint.probe, _open_zip),
+    Format("tar", legacy_tar.probe, legacy_tar.open_tar),
     Format("legacy", legacy.probe, legacy.open_legacy),
 )
-"""Tried in order; zip covers torch.save archives and TorchScript."""
+"""Tried in order; zip covers torch.save archives and TorchScript; tar, torch ≤ 0.3's checkpoints."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
@@ -89,8 +90,6 @@ def _not_a_checkpoint(head: bytes) -> Exception:
             return NotACheckpointError(f"{name}-compressed; decompress it first")
     if head.startswith(b"PYTORCH1"):
         return UnsupportedError("a pre-1.0 preview checkpoint (PYTORCH1), which torch itself refuses")
-    if len(head) > 262 and head[257:262] == b"ustar":
-        return UnsupportedError("a tar archive: TAR-format checkpoints of torch ≤ 0.3 are not supported")
     if len(head) >= 9 and int.from_bytes(head[:8], "little") < (1 << 30) and head[8:9] == b"{":
         return NotACheckpointError("a safetensors file, not a PyTorch checkpoint")
     if head.startswith(b"GGUF"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ class ParsedCheckpoint:
     """
 
     format: str
-    """``zip``, ``torchscript`` or ``legacy``."""
+    """``zip``, ``torchscript``, ``legacy`` or ``tar``."""
     root: Any
     storages: list[Storage]
     byteorder: str = "little"
@@ -53,8 +54,20 @@ def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str
 
 
 def shared_storage(storages: dict[str, Storage], key: str, dtype: DType, numel: int) -> Storage | None:
-    """The storage already met under ``key``, checked to have the size this reference declares."""
+    """The storage already met under ``key``, checked to have the size this reference declares.
+
+    torch caches only storages that hold bytes, so each reference to an empty storage keeps its own
+    dtype: such a reference under another dtype gets an alias of its own (a zero-byte view of the first).
+    """
     known = storages.get(key)
+    if known is not None and known.nbytes == 0 and numel == 0 and known.dtype is not dtype:
+        alias_key = f"{key}\0{dtype.name}"
+        alias = storages.get(alias_key)
+        if alias is None:
+            alias = dataclasses.replace(known, dtype=dtype, numel=0, base=known.base or known,
+                                        base_offset=known.base_offset)
+            storages[alias_key] = alias
+        return alias
     if known is not None and known.nbytes != numel * dtype.itemsize:
         raise CorruptCheckpointError(
             f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"

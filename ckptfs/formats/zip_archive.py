@@ -65,6 +65,8 @@ class ZipEntry:
     """Absolute offset of the record's (possibly compressed) data; -1 until resolved."""
     header_checked: bool = False
     """Whether ``data_offset`` was read from (or checked against) the local header."""
+    crc: int = 0
+    """The central directory's CRC-32 (not checked: reads are ranged)."""
 
 
 class ZipArchive:
@@ -131,7 +133,7 @@ class ZipArchive:
         for _ in range(count):
             if pos + CD_HEADER.size > len(directory):
                 raise CorruptCheckpointError("central directory is truncated")
-            (sig, _, _, flags, method, _, _, _, csize, usize, name_len, extra_len, comment_len,
+            (sig, _, _, flags, method, _, _, crc, csize, usize, name_len, extra_len, comment_len,
              _, _, _, offset) = CD_HEADER.unpack_from(directory, pos)
             if sig != CD_SIG:
                 raise CorruptCheckpointError(f"bad central directory entry signature at entry offset {pos}")
@@ -152,7 +154,7 @@ class ZipArchive:
                 raise CorruptCheckpointError(
                     f"zip record {name!r} ({csize} bytes at offset {offset}) overruns the central directory"
                 )
-            self.entries[name] = ZipEntry(name, method, flags, csize, usize, offset)
+            self.entries[name] = ZipEntry(name, method, flags, csize, usize, offset, crc=crc)
             pos = end
         if pos != len(directory):
             raise CorruptCheckpointError(

@@ -30,6 +30,9 @@ class _StorageTable:
         self.archive = archive
         self.directory = directory
         self.byteorder = byteorder
+        # skip_data reserves a storage's record and gives it CRC-32 0, which no n ≥ 1 bytes of zeros have.
+        # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
+        self.crcs_computed = archive.entries[archive.prefix + "data.pkl"].crc != 0
         self.storages: dict[str, Storage] = {}
 
     def persistent_load(self, pid: Any) -> Storage:
@@ -54,6 +57,7 @@ class _StorageTable:
         if entry.method not in (STORED, DEFLATED):
             raise UnsupportedError(f"record {record!r} uses compression method {entry.method}")
         storage.compressed = entry.method == DEFLATED
+        storage.written = not (self.crcs_computed and entry.size and entry.crc == 0)
         self.storages[key] = storage
         return storage
 
@@ -102,6 +106,8 @@ def open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
         "format_version": _text(records.get(".format_version")),
         "version": _text(records.get("version") or records.get(".data/version")),
     }
+    if any(not storage.written for storage in storages):
+        details["skip_data"] = True
     return ZipParsed("torchscript" if is_torchscript else "zip", root, storages, byteorder, details,
                      archive=archive, limits=limits)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 from ckptfs.errors import LimitExceededError
 from ckptfs.model.encoding import encode_key, encode_leaf, has_surrogates
 from ckptfs.model.jsontext import dumps, scalar_text
-from ckptfs.model.records import NestedTensor, SparseTensor, Tensor, Trail
+from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor, Trail
 from ckptfs.model.trails import key_lists
 from ckptfs.model.tree import children, is_container
 from ckptfs.pickle.values import PickledObject
@@ -74,9 +74,26 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
             "nbytes": storage.nbytes,
             "offset": storage.offset if storage.inline_data is None else None,
             "compressed": storage.compressed,
+            "written": storage.written,
         }
         meta["source_ranges"] = source_ranges(tensor)
     return meta
+
+
+def storage_metadata(storage: Storage) -> dict[str, Any]:
+    """Where one storage's bytes are in the source: what a pass filling a ``skip_data`` file needs."""
+    return {
+        "key": storage.key,
+        "record": storage.record,
+        "dtype": storage.dtype.name,
+        "location": storage.location,
+        "numel": storage.numel,
+        "nbytes": storage.nbytes,
+        "offset": storage.offset if storage.inline_data is None else None,
+        "compressed": storage.compressed,
+        "written": storage.written,
+        "view_of": storage.base.key if storage.base is not None else None,
+    }
 
 
 def _tensor_ref(tensor: Tensor | None) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from ckptfs.fs.files import container_kind
 from ckptfs.fs.names import INDEX_NAME
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.views import SIDECAR_SUFFIX
+from ckptfs.fs.views import SCALES_SUFFIX, SIDECAR_SUFFIX, ZERO_POINTS_SUFFIX
 from ckptfs.model.encoding import encode_leaf, key_text
 from ckptfs.model.jsontext import dumps, quote, scalar_text
 from ckptfs.model.records import Tensor
@@ -79,9 +79,13 @@ def make_index(layout: Tree) -> bytearray:
             shape = shape_texts.get(tensor.shape)
             if shape is None:
                 shape = shape_texts[tensor.shape] = dumps(list(tensor.shape))
+            quantization = tensor.quantization
+            channels = "" if quantization is None or quantization.scales is None else (
+                f'"q_scales": {folder_text}{name[:-1]}{SCALES_SUFFIX}", '
+                f'"q_zero_points": {folder_text}{name[:-1]}{ZERO_POINTS_SUFFIX}", ')
             tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {layout.paths.path_text(tensor.trail)}, '
                         f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{SIDECAR_SUFFIX}", '
-                        f'"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
+                        f'{channels}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
                         f'"nbytes": {tensor.nbytes}}},\n').encode()
             continue
         line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {quote(node.name)}'

@@ -44,6 +44,8 @@ class Storage:
     byteorder: str = "little"
     compressed: bool = False
     """The record is deflated: ``offset`` points at compressed bytes."""
+    written: bool = True
+    """False for a record ``torch.serialization.skip_data`` reserved without writing its bytes."""
     inline_data: bytes | None = None
     """Bytes held in the pickle itself (numpy-backed device tensors)."""
     base: Storage | None = None

@@ -96,7 +96,7 @@ NOT_CHECKPOINTS: dict[str, tuple[Callable[[Path], None], type[CkptfsError], str]
     "zstd": (lambda p: p.write_bytes(ZSTD_EMPTY_FRAME), NotACheckpointError, "^zstd-compressed; decompress it first$"),
     "plain_zip": (lambda p: _zip(p, ["README.txt", "docs/a.txt"]), NotACheckpointError,
                   "^a zip archive, but not a torch.save checkpoint \\(no data.pkl\\)$"),
-    "tar": (_tar, UnsupportedError, "a tar archive"),
+    "tar": (_tar, NotACheckpointError, "^a tar archive, but not a torch ≤ 0.3 checkpoint \\(no 'storages' member\\)$"),
     "preview": (lambda p: p.write_bytes(b"PYTORCH1" + bytes(32)), UnsupportedError, "PYTORCH1"),
     "empty_zip": (lambda p: _zip(p, []), NotACheckpointError, "an empty zip archive"),
     "zip_without_pickle": (lambda p: _zip(p, ["model/weights.bin"]), NotACheckpointError,

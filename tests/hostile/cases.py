@@ -12,6 +12,7 @@ import io
 import json
 import re
 import struct
+import tarfile
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from ckptfs.errors import (
 from ckptfs.fs.describe import encode_tree
 from ckptfs.model.tree import walk
 from ckptfs.pickle.values import PickledObject
+import tar_writer
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (
@@ -618,6 +620,34 @@ case("shape_dag", "tensor", lambda env: _tensor_zip(size=_dag(lambda x: x + x + 
      r"tensor size entry must be an integer, got tuple")
 case("shape_stride_rank_mismatch", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(1)),
      CorruptCheckpointError, r"tensor size \(2, 2\) and stride \(1,\) differ in rank")
+
+
+def _built_tensor(state: bytes, cls: str = "Tensor") -> bytes:
+    """Older torch's encoding: ``torch.<cls>()`` given its data by BUILD."""
+    return zip_checkpoint(pickle(call(glob("torch", cls)) + state + BUILD), {"0": FLOATS})
+
+
+FLOAT_STORAGE = storage_pid("FloatStorage", "0", 4)
+case("built_tensor_past_its_storage", "tensor", lambda env: _built_tensor(tup(FLOAT_STORAGE, i(1), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor of size \(4,\), stride \(1,\), offset 1 \(float32\) needs 20 bytes")
+case("built_tensor_state_not_a_storage", "tensor", lambda env: _built_tensor(tup(s("0"), i(0), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor storage must be a storage reference, got str")
+case("built_tensor_wrong_class", "tensor",
+     lambda env: _built_tensor(tup(FLOAT_STORAGE, i(0), ints(4), ints(1)), "LongTensor"),
+     CorruptCheckpointError, r"legacy tensor class of dtype int64 is set to a storage of dtype float32")
+case("built_tensor_state_dict", "tensor", lambda env: _built_tensor(dct((s("a"), i(1)))),
+     CorruptCheckpointError, r"a legacy tensor's state \{'a': 1\} is not a 3, 4 or 5-tuple")
+case("built_tensor_variable_of_itself", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + put(0) + tup(get(0), b"N", b"N", b"\x88", b"N")
+                                       + BUILD)), check=reads({(): b""}))
+case("built_tensor_twice", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + tup(FLOAT_STORAGE, i(0), ints(4), ints(1))
+                                       + BUILD + tup(FLOAT_STORAGE, i(2), ints(2), ints(1)) + BUILD), {"0": FLOATS}),
+     check=reads({(): FLOATS[8:]}))
+case("empty_storage_under_every_dtype", "tensor",
+     lambda env: zip_checkpoint(pickle(lst(*(tensor_v2(storage_pid(cls, "0", 0), i(0), ints(0), ints(1))
+                                              for cls in ("FloatStorage", "ByteStorage", "LongStorage") * 1000))),
+                                {"0": b""}), check=bounded(3000))
 case("stride_negative", "tensor", lambda env: _tensor_zip(size=ints(4), stride=ints(-1)), CorruptCheckpointError,
      r"tensor stride \(-1,\) has a negative entry")
 case("stride_overflow", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(2**62, 1)),
@@ -955,7 +985,47 @@ case("not_safetensors", "container", lambda env: struct.pack("<Q", 2) + b"{}", N
 case("not_gguf", "container", lambda env: b"GGUF" + bytes(100), NotACheckpointError, r"a GGUF file")
 case("not_npy", "container", lambda env: b"\x93NUMPY" + bytes(100), NotACheckpointError, r"a numpy \.npy file")
 case("not_hdf5", "container", lambda env: b"\x89HDF\r\n\x1a\n" + bytes(100), NotACheckpointError, r"an HDF5 file")
-case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), UnsupportedError, r"a tar archive")
+case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), CorruptCheckpointError,
+     r"tar header at offset 0 has a bad checksum")
+
+
+def _tar(members: dict[str, bytes], pax: dict[str, str] | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.pax_headers = pax or {}
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _tar_view(offset: int, numel: int) -> bytes:
+    """A TAR checkpoint with one float32 storage of 4 and a storage view of it at ``offset``, ``numel`` long."""
+    root = tar_writer.p_tuple(tar_writer.p_int(1, False), tar_writer.p_str("cpu", False),
+                              tar_writer.p_global("torch", "FloatStorage"))
+    view = tar_writer.p_tuple(*(tar_writer.p_int(v, False) for v in (2, 1, offset, numel)))
+    storages = (tar_writer.pickle2(b"K\x01") + tar_writer.pickle2(root) + struct.pack("<q", 4) + FLOATS
+                + tar_writer.pickle2(b"](" + view + b"e"))
+    return _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": storages})
+
+
+case("tar_view_past_its_root", "container", lambda env: _tar_view(2, 3), CorruptCheckpointError,
+     r"storage view 2 \(2 \+ 3 elements\) runs past storage 1 of 4")
+case("tar_view_of_a_missing_root", "container", lambda env: _tar_view(0, 1).replace(b"K\x02K\x01", b"K\x02K\x09"),
+     CorruptCheckpointError, r"storage view 2 names 9, which is not a stored storage")
+case("tar_storage_count_huge", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": pickle(i(2**31 - 1))}),
+     LimitExceededError, r"2147483647 storage exceed 5000000 \(limit max_tensors\)")
+case("tar_pax_size_past_the_file", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": b"", "storages": b""}, {"size": "99999999"}),
+     CorruptCheckpointError, r"runs past the end of the file")
+case("tar_tensors_truncated", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(1)) + pickle(tup(i(5), i(1), b"N")) + b"\x01",
+                       "storages": pickle(i(0)) + pickle(EMPTY_LIST)}),
+     CorruptCheckpointError, r"tensor 5 names storage 1, which the storages lack")
+case("tar_empty_members", "container", lambda env: _tar({"pickle": b"", "tensors": b"", "storages": b""}),
+     CorruptCheckpointError, r"a pickle of tar member 'storages' is truncated")
 case("not_pytorch1", "container", lambda env: b"PYTORCH1" + bytes(100), UnsupportedError, r"PYTORCH1")
 case("not_plain_pickle", "container", lambda env: pickle(dct((s("a"), i(1)))), NotACheckpointError,
      r"no legacy magic number")
