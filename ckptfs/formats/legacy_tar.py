@@ -21,6 +21,7 @@ from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, TruncatedPickleError
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import dtype_of_storage_class
@@ -46,13 +47,14 @@ class _Member:
         self.size = size
 
 
-def probe(source: ByteSource, head: bytes, limits: Limits) -> bool:
+def probe(opening: Prefetch, head: bytes, limits: Limits) -> bool:
     """A tar header: ``ustar`` magic (POSIX, PAX and GNU tars alike) at offset 257 of the first block."""
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
-def open_tar(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    members = _members(source, limits)
+def open_tar(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
+    source = opening.source
+    members = _members(opening, limits)
     storages = _read_storages(source, members["storages"], limits)
     tensors = _read_tensors(source, members["tensors"], storages, limits)
     main = members["pickle"]
@@ -75,7 +77,7 @@ def open_tar(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     return ParsedCheckpoint("tar", root, list(storages.values()), "little", details)
 
 
-def _members(source: ByteSource, limits: Limits) -> dict[str, _Member]:
+def _members(source: Prefetch, limits: Limits) -> dict[str, _Member]:
     """The offsets and sizes of the members torch reads, from the tar's headers (PAX and GNU long names too)."""
     found: dict[str, _Member] = {}
     pos, count, long_name, pax = 0, 0, None, {}
