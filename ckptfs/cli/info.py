@@ -26,6 +26,7 @@ FORMAT_NAMES = {
     "zip": "torch.save zip archive (torch >= 1.6)",
     "torchscript": "TorchScript archive (torch.jit.save)",
     "legacy": "legacy torch.save stream (torch < 1.6)",
+    "pt2": "torch.export archive (.pt2)",
 }
 _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\s"{}\[\],:]+|[{}\[\],:]|\s+')
 

@@ -14,7 +14,7 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, zip_checkpoint
+from ckptfs.formats import dcp, legacy, pt2, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
@@ -43,10 +43,14 @@ def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    """A torch.save or TorchScript archive; a zip that is neither may be one file of a DCP directory."""
+    """A torch.save or TorchScript archive; a zip that is neither may be a torch.export archive (by its records)
+    or one file of a DCP directory."""
     try:
         return zip_checkpoint.open_zip(source, limits)
-    except (CorruptCheckpointError, NotACheckpointError):
+    except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
+        parsed = pt2.open_if_pt2(source, limits)
+        if parsed is not None:
+            return parsed
         if dcp.is_distcp(source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
@@ -63,7 +67,7 @@ FORMATS = (
     Format("zip", zip_checkpoint.probe, _open_zip),
     Format("legacy", legacy.probe, legacy.open_legacy),
 )
-"""Tried in order; zip covers torch.save archives and TorchScript."""
+"""Tried in order; zip covers torch.save archives, TorchScript and torch.export (.pt2) archives."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
