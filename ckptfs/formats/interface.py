@@ -21,7 +21,7 @@ class ParsedCheckpoint:
     """
 
     format: str
-    """``zip``, ``torchscript`` or ``legacy``."""
+    """``zip``, ``torchscript``, ``legacy`` or ``pt2``."""
     root: Any
     storages: list[Storage]
     byteorder: str = "little"
