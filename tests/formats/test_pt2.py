@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import pickle
 import random
 import struct
 import warnings
@@ -202,3 +204,29 @@ def test_aoti_package_with_weights_in_its_library(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match=r"aoti\.pt2: an AOTInductor package .* compiled into its shared "
                                                 r"library \(data/aotinductor/model/c4wrap\.wrapper\.so\)"):
         ckptfs.open(path)
+
+
+def test_custom_and_opaque_objects_read_without_running_them(tmp_path: Path, weights_pt2: Path) -> None:
+    """``custom_obj_<i>`` (torch._C._pickle_save, a zip) and ``opaque_obj_<i>`` (pickle.dumps) constants."""
+    path = tmp_path / "objects.pt2"
+    custom = torch._C._pickle_save(torch.arange(3.0))
+    opaque = pickle.dumps({"scale": 0.5, "names": ["a", "b"]}, protocol=2)
+    with zipfile.ZipFile(weights_pt2) as source, PT2ArchiveWriter(str(path)) as writer:
+        for name in source.namelist():
+            record = name.partition("/")[2]
+            data = source.read(name)
+            if record == "data/constants/model_constants_config.json":
+                config = json.loads(data)
+                config["config"]["custom"] = {"path_name": "custom_obj_0", "is_param": False, "use_pickle": True,
+                                              "tensor_meta": None}
+                config["config"]["opaque"] = {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True,
+                                              "tensor_meta": None}
+                data = json.dumps(config).encode()
+            if not record.startswith(".data/"):
+                writer.write_bytes(record, data)
+        writer.write_bytes("data/constants/custom_obj_0", custom)
+        writer.write_bytes("data/constants/opaque_obj_0", opaque)
+    with ckptfs.open(path) as ck:
+        constants = ck.root["model"]["constants"]
+        assert ck.read(constants["custom"]) == torch_bytes(torch._C._pickle_load_obj(custom))
+        assert constants["opaque"] == pickle.loads(opaque)
