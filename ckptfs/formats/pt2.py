@@ -16,8 +16,10 @@ Two layouts are read, both of which torch 2.13's ``torch.export.load`` takes:
 The tree is ``{model: {"weights": {FQN: …}, "constants": {FQN: …}}}``: FQNs
 are keys as they are (``lin.weight``), never split on dots; the old layout's
 one program is ``model``, as ``torch.export.save`` names it.
-AOTInductor packages hold compiled models; those whose weights are compiled
-into the shared library are refused with an error saying so.
+AOTInductor packages hold compiled models and no program: their weights kept out
+of the library (``package_constants_in_so=False``) are ``{model: {"weights": …}}``;
+those whose weights are compiled into the shared library are refused with an
+error saying so.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ MODELS_DIR = "models/"
 WEIGHTS_DIR = "data/weights/"
 CONSTANTS_DIR = "data/constants/"
 AOTI_DIR = "data/aotinductor/"
+AOTI_CONFIG = "/weights_config.json"
+AOTI_CONFIG_DEPTH = 3
+"""``data/aotinductor/<model>/weights_config.json``: the weights an AOTInductor model keeps out of its library."""
 EXTRA_DIR = "extra/"
 LEGACY_PROGRAM = "serialized_exported_program.json"
 LEGACY_STATE_DICT = "serialized_state_dict.pt"
@@ -76,8 +81,10 @@ def _open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
               if name.startswith(MODELS_DIR) and name.endswith(".json") and "/" not in name[len(MODELS_DIR):]]
     configs = {f"{directory}{model}_{kind}_config.json": limits.max_pickle_bytes
                for model in models for directory, kind in ((WEIGHTS_DIR, "weights"), (CONSTANTS_DIR, "constants"))}
+    compiled = {} if models else {name: limits.max_pickle_bytes for name in names if name.startswith(AOTI_DIR)
+                                  and name.endswith(AOTI_CONFIG) and name.count("/") == AOTI_CONFIG_DEPTH}
     records = archive.read_records({ARCHIVE_FORMAT: MAX_SMALL_RECORD, ARCHIVE_VERSION: MAX_SMALL_RECORD,
-                                    "byteorder": MAX_SMALL_RECORD, **configs})
+                                    "byteorder": MAX_SMALL_RECORD, **configs, **compiled})
     archive_format = records[ARCHIVE_FORMAT].decode("utf-8", "replace").strip()
     if archive_format != "pt2":
         raise NotACheckpointError(f"a zip archive whose archive_format record says {short_repr(archive_format)}, "
@@ -86,28 +93,22 @@ def _open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
     if version != "0":
         raise UnsupportedError(f"a torch.export archive of archive_version {short_repr(version)}; "
                                "ckptfs reads version 0")
-    if not models:
-        raise _no_models(names)
     loader = PayloadLoader(archive, limits)
-    root: dict[str, Any] = {}
-    for model in models:
-        program: dict[str, Any] = {}
-        for key, directory in (("weights", WEIGHTS_DIR), ("constants", CONSTANTS_DIR)):
-            blob = archive.entry(f"{directory}{model}.pt")
-            config = f"{directory}{model}_{key}_config.json"
-            if blob is not None:
-                loader.defer(program, key, blob)
-            elif config in records:
-                program[key] = loader.load(records[config], config, directory)
-            else:
-                raise CorruptCheckpointError(f"model {model!r} has no {config} (nor {directory}{model}.pt)")
-        root[model] = program
+    if models:
+        root = {model: _program(archive, loader, records, model) for model in models}
+        layout = "torch.export archive_version 0"
+    elif compiled:
+        root = {name[len(AOTI_DIR):].partition("/")[0]: {"weights": loader.load_aoti(records[name], name)}
+                for name in compiled}
+        layout = "AOTInductor package, weights outside its library"
+    else:
+        raise _no_models(names)
     loader.finish()
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
         "records": len(archive.entries),
-        "layout": "torch.export archive_version 0",
-        "models": ", ".join(models),
+        "layout": layout,
+        "models": ", ".join(root),
         "byteorder_record": records["byteorder"].decode("utf-8", "replace").strip() if "byteorder" in records
         else None,
         "extra_files": ", ".join(name[len(EXTRA_DIR):] for name in names if name.startswith(EXTRA_DIR)) or None,
@@ -115,14 +116,29 @@ def _open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
     return _parsed(archive, limits, loader, root, details)
 
 
+def _program(archive: ZipArchive, loader: PayloadLoader, records: dict[str, bytes], model: str) -> dict[str, Any]:
+    """One exported program's weights and constants: from its payload configs, or one torch.save archive each."""
+    program: dict[str, Any] = {}
+    for key, directory in (("weights", WEIGHTS_DIR), ("constants", CONSTANTS_DIR)):
+        blob = archive.entry(f"{directory}{model}.pt")
+        config = f"{directory}{model}_{key}_config.json"
+        if blob is not None:
+            loader.defer(program, key, blob)
+        elif config in records:
+            program[key] = loader.load(records[config], config, directory)
+        else:
+            raise CorruptCheckpointError(f"model {model!r} has no {config} (nor {directory}{model}.pt)")
+    return program
+
+
 def _no_models(names: list[str]) -> CkptfsError:
-    """What an archive without exported programs is: an AOTInductor package, or broken."""
+    """What an archive without exported programs or weight files is: an AOTInductor package, or broken."""
     if any(name.startswith(AOTI_DIR) for name in names):
         libraries = [name for name in names if name.startswith(AOTI_DIR) and name.endswith(".so")]
         where = f" ({libraries[0]})" if libraries else ""
         return UnsupportedError(
-            "an AOTInductor package (a compiled model, no exported program): its weights are compiled into its "
-            f"shared library{where} or stored for it alone, which ckptfs does not read")
+            "an AOTInductor package whose weights are compiled into its shared library"
+            f"{where}: ckptfs cannot read them (aot_inductor.package_constants_in_so=False keeps them as files)")
     return CorruptCheckpointError("a torch.export archive without any models/<name>.json")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckptfs.errors import CorruptCheckpointError, UnsupportedError
 from ckptfs.formats.embedded import open_embedded
@@ -33,6 +33,8 @@ SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "f
 """``torch._export.serde.schema.ScalarType`` codes (torch 2.13's ``_SERIALIZE_TO_TORCH_DTYPE``)."""
 OPAQUE_PREFIX = "opaque_obj_"
 """Records of opaque constants: ``pickle.dumps`` of the object; every other pickled payload is a torch.save archive."""
+AOTI_WEIGHTS_DIR = "data/weights/"
+"""Where an AOTInductor package keeps the weights it does not compile into its library."""
 STORAGE_ALIGNMENT = 64
 """PyTorchFileWriter's data alignment, used to predict the records' data offsets (checked on one header)."""
 
@@ -47,8 +49,9 @@ class PayloadLoader:
         """Raw storage records, by record name."""
         self.embedded_storages: list[Storage] = []
         self._views: dict[tuple[Any, ...], Tensor] = {}
-        self._pending: list[tuple[dict[str, Any], str, ZipEntry]] = []
-        """Pickled payloads to read once every record's data offset is known: (container, FQN, record)."""
+        self._pending: list[tuple[dict[str, Any], str, ZipEntry, View | None]] = []
+        """Pickled payloads to read once every record's data offset is known: (container, FQN, record, and the
+        view of the tensor it holds to take, for AOTInductor weights)."""
 
     def load(self, text: bytes, config_record: str, directory: str) -> dict[str, Any]:
         """The FQN → value dict a payload config describes; pickled payloads are filled in by ``finish``."""
@@ -76,23 +79,40 @@ class PayloadLoader:
                 values[fqn] = self._tensor(where, meta, tensor_meta, entry)
         return values
 
-    def defer(self, container: dict[str, Any], key: str, entry: ZipEntry) -> None:
-        """``container[key]`` is to be the pickled payload of ``entry``, read by ``finish``."""
+    def defer(self, container: dict[str, Any], key: str, entry: ZipEntry, view: View | None = None) -> None:
+        """``container[key]`` is to be the pickled payload of ``entry`` (or ``view`` of the tensor it holds),
+        read by ``finish``."""
         container[key] = None
-        self._pending.append((container, key, entry))
+        self._pending.append((container, key, entry, view))
+
+    def load_aoti(self, text: bytes, config_record: str) -> dict[str, Any]:
+        """An AOTInductor model's weights kept out of its library: ``{FQN: [file, sizes, strides, offset]}``,
+        each file (in ``data/weights/``) a torch.save archive of a tensor whose storage the FQN views."""
+        values: dict[str, Any] = {}
+        for fqn, spec in _json(text, config_record).items():
+            where = f"{config_record}: {fqn!r}"
+            if not (isinstance(spec, list) and len(spec) == 4 and isinstance(spec[0], str)):
+                raise CorruptCheckpointError(f"{where} is {short_repr(spec)}, not [file, sizes, strides, offset]")
+            record = AOTI_WEIGHTS_DIR + spec[0]
+            entry = self.archive.entry(record)
+            if entry is None:
+                raise CorruptCheckpointError(f"{where} is stored in record {record!r}, which is missing")
+            sizes, strides = _list(spec[1], where, "sizes"), _list(spec[2], where, "strides")
+            self.defer(values, fqn, entry, View(where, tuple(sizes), tuple(strides), spec[3]))
+        return values
 
     def finish(self) -> None:
         """Resolves every record's data offset (one local header read where torch's alignment rule holds),
         then reads the pickled payloads."""
         raw = [self.archive.entries[self.archive.prefix + s.record] for s in self.storages.values()]
-        self.archive.resolve_data_offsets(raw + [entry for _, _, entry in self._pending], STORAGE_ALIGNMENT)
+        self.archive.resolve_data_offsets(raw + [entry for _, _, entry, _ in self._pending], STORAGE_ALIGNMENT)
         for storage, entry in zip(self.storages.values(), raw):
             storage.offset = entry.data_offset
         loaded: dict[str, Any] = {}
-        for container, fqn, entry in self._pending:
+        for container, fqn, entry, view in self._pending:
             if entry.name not in loaded:
                 loaded[entry.name] = self._pickled(entry)
-            container[fqn] = loaded[entry.name]
+            container[fqn] = loaded[entry.name] if view is None else _viewed(loaded[entry.name], view)
 
     def _tensor(self, where: str, meta: dict[str, Any], tensor_meta: dict[str, Any], entry: ZipEntry) -> Tensor:
         code = tensor_meta.get("dtype")
@@ -147,12 +167,36 @@ class PayloadLoader:
             raise type(exc)(f"record {record!r} (a pickled object): {exc.reason}") from None
 
 
-def _config(text: bytes, record: str) -> dict[str, Any]:
+class View(NamedTuple):
+    where: str
+    sizes: tuple[Any, ...]
+    strides: tuple[Any, ...]
+    offset: Any
+
+
+def _viewed(base: Any, view: View) -> Tensor:
+    """``base.as_strided(sizes, strides, offset)``, as torch's loader makes an AOTInductor weight."""
+    if not isinstance(base, Tensor) or base.storage is None:
+        raise CorruptCheckpointError(f"{view.where}: its file holds {short_repr(base)}, not a tensor with data")
+    try:
+        return rebuild.make_tensor(base.storage, view.offset, view.sizes, view.strides, base.dtype,
+                                   base.requires_grad)
+    except CorruptCheckpointError as exc:
+        raise CorruptCheckpointError(f"{view.where}: {exc.reason}") from None
+
+
+def _json(text: bytes, record: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise CorruptCheckpointError(f"{record} is not valid JSON: {str(exc)[:200]}") from None
-    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(document, dict):
+        raise CorruptCheckpointError(f"{record} is {short_repr(document)}, not a JSON object")
+    return document
+
+
+def _config(text: bytes, record: str) -> dict[str, Any]:
+    config = _json(text, record).get("config")
     if not isinstance(config, dict):
         raise CorruptCheckpointError(f"{record} has no \"config\" object")
     return config

@@ -201,8 +201,8 @@ def test_aoti_package_with_weights_in_its_library(tmp_path: Path) -> None:
         writer.write_bytes("data/aotinductor/model/c4wrap.wrapper.cpp", b"// generated")
         writer.write_bytes("data/aotinductor/model/c4wrap.wrapper_metadata.json", b"{}")
         writer.write_bytes("data/aotinductor/model/c4wrap.wrapper.so", b"\x7fELF" + bytes(1000))
-    with pytest.raises(UnsupportedError, match=r"aoti\.pt2: an AOTInductor package .* compiled into its shared "
-                                                r"library \(data/aotinductor/model/c4wrap\.wrapper\.so\)"):
+    with pytest.raises(UnsupportedError, match=r"aoti\.pt2: an AOTInductor package whose weights are compiled into "
+                                                r"its shared library \(data/aotinductor/model/c4wrap\.wrapper\.so\)"):
         ckptfs.open(path)
 
 
@@ -230,3 +230,27 @@ def test_custom_and_opaque_objects_read_without_running_them(tmp_path: Path, wei
         constants = ck.root["model"]["constants"]
         assert ck.read(constants["custom"]) == torch_bytes(torch._C._pickle_load_obj(custom))
         assert constants["opaque"] == pickle.loads(opaque)
+
+
+def test_aoti_package_with_weights_kept_as_files(tmp_path: Path) -> None:
+    """``package_constants_in_so=False`` with ``pickle_weights`` (spec B.4): a torch.save archive per weight file
+    and ``weights_config.json`` mapping each FQN to a view of it, as torch's ``load_pt2`` reads them."""
+    weight = nn.Parameter(torch.randn(3, 4, generator=torch.Generator().manual_seed(4)))
+    buffer = io.BytesIO()
+    torch.save(weight, buffer)
+    path = tmp_path / "aoti_weights.pt2"
+    config = {"lin.weight": ["weight_0", [3, 4], [4, 1], 0], "lin.weight_t": ["weight_0", [4, 3], [1, 4], 0],
+              "row": ["weight_0", [4], [1], 4]}
+    with PT2ArchiveWriter(str(path)) as writer:
+        writer.write_bytes("data/aotinductor/model/c4wrap.wrapper.so", b"\x7fELF" + bytes(1000))
+        writer.write_bytes("data/weights/weight_0", buffer.getvalue())
+        writer.write_string("data/aotinductor/model/weights_config.json", json.dumps(config))
+    loaded = torch.load(io.BytesIO(buffer.getvalue()))
+    with ckptfs.open(path) as ck:
+        assert ck.details["layout"] == "AOTInductor package, weights outside its library"
+        weights = ck.root["model"]["weights"]
+        assert list(weights) == list(config)
+        for fqn, (_, sizes, strides, offset) in config.items():
+            theirs = loaded.detach().as_strided(sizes, strides, offset)
+            assert weights[fqn].shape == tuple(sizes) and ck.read(weights[fqn]) == torch_bytes(theirs), fqn
+        assert weights["lin.weight"].storage is weights["row"].storage

@@ -12,7 +12,7 @@ from ckptfs.errors import CorruptCheckpointError, NotACheckpointError, Unsupport
 from hostile.cases import FLOATS, Env, case, inert, reads
 from hostile.containers import zip_checkpoint
 from hostile.payloads import PAYLOADS
-from hostile.picklegen import i, pickle
+from hostile.picklegen import i, ints, pickle, storage_pid, tensor_v2
 
 ROOT = "model"
 
@@ -120,7 +120,9 @@ case("pt2_config_not_json", "pt2", _build(b"{\"config\": "), CorruptCheckpointEr
      r"model_weights_config\.json is not valid JSON")
 case("pt2_config_deep", "pt2", _build(b"[" * 100_000 + b"]" * 100_000), CorruptCheckpointError,
      r"model_weights_config\.json is not valid JSON")
-case("pt2_config_no_config", "pt2", _build(b"[1, 2]"), CorruptCheckpointError, r"has no \"config\" object")
+case("pt2_config_not_object", "pt2", _build(b"[1, 2]"), CorruptCheckpointError,
+     r"model_weights_config\.json is \[1, 2\], not a JSON object")
+case("pt2_config_no_config", "pt2", _build(b"{\"other\": {}}"), CorruptCheckpointError, r"has no \"config\" object")
 case("pt2_meta_not_dict", "pt2", _build({"w": 3}), CorruptCheckpointError, r"'w' is 3, not a payload description")
 case("pt2_meta_no_tensor_meta", "pt2", _build({"w": {**meta(), "tensor_meta": None}}), CorruptCheckpointError,
      r"'w' is a raw tensor without tensor_meta")
@@ -142,8 +144,28 @@ case("pt2_no_models", "pt2", _build(drop=("models/model.json",)), CorruptCheckpo
      r"a torch\.export archive without any models/<name>\.json")
 case("pt2_aoti_so", "pt2", _build(drop=("models/model.json",),
                                   top={"data/aotinductor/model/c0.wrapper.so": b"\x7fELF" + bytes(60)}),
-     UnsupportedError, r"AOTInductor package .* compiled into its shared library "
-                       r"\(data/aotinductor/model/c0\.wrapper\.so\)")
+     UnsupportedError, r"an AOTInductor package whose weights are compiled into its shared library "
+                       r"\(data/aotinductor/model/c0\.wrapper\.so\): ckptfs cannot read them")
+AOTI_LIBRARY = {"data/aotinductor/model/c0.wrapper.so": b"\x7fELF" + bytes(60)}
+
+
+def _aoti(config: Any, weight: bytes) -> Callable[[Env], bytes]:
+    return _build(drop=("models/model.json",), records={"data/weights/weight_0": weight},
+                  top={**AOTI_LIBRARY, "data/aotinductor/model/weights_config.json": json.dumps(config).encode()})
+
+
+AOTI_TENSOR = zip_checkpoint(pickle(tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(4), ints(1))),
+                             {"0": FLOATS})
+case("pt2_aoti_weights", "pt2", _aoti({"w": ["weight_0", [2], [2], 1]}, AOTI_TENSOR),
+     check=reads({(ROOT, "weights", "w"): FLOATS[4:8] + FLOATS[12:16]}))
+case("pt2_aoti_offset_lies", "pt2", _aoti({"w": ["weight_0", [2], [2], 3]}, AOTI_TENSOR), CorruptCheckpointError,
+     r"weights_config\.json: 'w': tensor of size \(2,\), stride \(2,\), offset 3 \(float32\) needs 24 bytes")
+case("pt2_aoti_spec_bad", "pt2", _aoti({"w": ["weight_0", [2]]}, AOTI_TENSOR), CorruptCheckpointError,
+     r"'w' is \['weight_0', \[2\]\], not \[file, sizes, strides, offset\]")
+case("pt2_aoti_not_a_tensor", "pt2", _aoti({"w": ["weight_0", [1], [1], 0]}, zip_checkpoint(pickle(i(3)))),
+     CorruptCheckpointError, r"'w': its file holds 3, not a tensor with data")
+case("pt2_aoti_file_missing", "pt2", _aoti({"w": ["weight_9", [1], [1], 0]}, AOTI_TENSOR), CorruptCheckpointError,
+     r"'w' is stored in record 'data/weights/weight_9', which is missing")
 case("pt2_legacy_no_state_dict", "pt2", _legacy({"serialized_exported_program.json": b"{}",
                                                   "serialized_constants.pt": zip_checkpoint(pickle(i(1)))}),
      CorruptCheckpointError, r"torch ≤ 2\.7 without serialized_state_dict\.pt")
