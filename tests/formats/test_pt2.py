@@ -254,3 +254,27 @@ def test_aoti_package_with_weights_kept_as_files(tmp_path: Path) -> None:
             theirs = loaded.detach().as_strided(sizes, strides, offset)
             assert weights[fqn].shape == tuple(sizes) and ck.read(weights[fqn]) == torch_bytes(theirs), fqn
         assert weights["lin.weight"].storage is weights["row"].storage
+
+
+def test_opening_reads_no_weight_and_a_read_only_its_own_bytes(tmp_path: Path) -> None:
+    from counting import CountingSource
+
+    from ckptfs.formats.detect import SNIFF_BYTES
+    from ckptfs.formats.zip_archive import TAIL_READ
+    from ckptfs.sources import LocalFileSource
+
+    path = save(exported(nn.Sequential(*(nn.Linear(4 if n == 0 else 256, 256) for n in range(4)))),
+                tmp_path / "layers.pt2")
+    source = CountingSource(LocalFileSource(path))
+    with ckptfs.open(source) as ck:
+        data = [(s.offset, s.offset + s.nbytes) for s in ck.storages]
+        assert source.reads[0] == (0, SNIFF_BYTES) and len(source.reads) <= 6
+        tails = [(o, n) for o, n in source.reads if o + n == source.size and n <= TAIL_READ]
+        assert 1 <= len(tails) <= 2, "the zip's tail (the torch.save reader's, then the .pt2 reader's)"
+        for offset, length in source.reads[1:]:
+            if (offset, length) not in tails:
+                assert not any(offset < end and start < offset + length for start, end in data), (offset, length)
+        weight = ck.tensor(("model", "weights", "2.weight"))
+        source.reads.clear()
+        assert ck.read(weight) == torch_bytes(load(path).state_dict["2.weight"])
+        assert source.reads == [(weight.storage.offset, 256 * 256 * 4)]
