@@ -18,7 +18,7 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, legacy_tar, zip_checkpoint
+from ckptfs.formats import dcp, legacy, legacy_tar, pt2, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -58,10 +58,14 @@ def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
-    """A torch.save or TorchScript archive; a zip that is neither may be one file of a DCP directory."""
+    """A torch.save or TorchScript archive; a zip that is neither may be a torch.export archive (by its records)
+    or one file of a DCP directory."""
     try:
         return zip_checkpoint.open_zip(opening, limits)
-    except (CorruptCheckpointError, NotACheckpointError):
+    except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
+        parsed = pt2.open_if_pt2(opening, limits)
+        if parsed is not None:
+            return parsed
         if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
@@ -79,7 +83,8 @@ FORMATS = (
     Format("tar", legacy_tar.probe, legacy_tar.open_tar),
     Format("legacy", legacy.probe, legacy.open_legacy),
 )
-"""Tried in order; zip covers torch.save archives and TorchScript; tar, torch ≤ 0.3's checkpoints."""
+"""Tried in order; zip covers torch.save archives, TorchScript and torch.export (.pt2) archives; tar, torch ≤ 0.3's
+checkpoints."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:

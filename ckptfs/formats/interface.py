@@ -22,7 +22,7 @@ class ParsedCheckpoint:
     """
 
     format: str
-    """``zip``, ``torchscript``, ``legacy`` or ``tar``."""
+    """``zip``, ``torchscript``, ``legacy``, ``tar`` or ``pt2``."""
     root: Any
     storages: list[Storage]
     byteorder: str = "little"

@@ -958,7 +958,7 @@ case("zip_alignment_bad", "container", lambda env: _zip_records({"data.pkl": pic
                                                                   ".storage_alignment": b"-64"}),
      CorruptCheckpointError, r"\.storage_alignment record says '-64'")
 case("zip_pt2", "container", lambda env: _zip_records({"data.pkl": pickle(i(1)), "archive_format": b"pt2"}),
-     UnsupportedError, r"torch\.export \(\.pt2\) archives are not supported")
+     CorruptCheckpointError, r"a torch\.export archive without any models/<name>\.json")
 case("legacy_bad_magic", "container", lambda env: _legacy_replaced(0, pickle(i(42))), NotACheckpointError,
      r"no legacy magic number")
 case("legacy_bad_protocol", "container", lambda env: _legacy_replaced(1, pickle(i(1000))), UnsupportedError,
@@ -1033,3 +1033,5 @@ case("not_random_bytes", "container", lambda env: bytes((n * 7919) % 251 for n i
      NotACheckpointError, r"not a PyTorch checkpoint")
 case("not_local_header_only", "container", lambda env: b"PK\x03\x04" + bytes(26), CorruptCheckpointError,
      r"no zip end-of-central-directory record")
+
+from hostile import pt2_cases  # noqa: E402,F401  (registers the .pt2 cases; they build on the helpers above)
