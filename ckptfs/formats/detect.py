@@ -25,9 +25,8 @@ from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
-HEAD_BYTES = 256 * 1024
-"""The head read when the tail holds no zip end record: enough for a legacy file's pickles of a few thousand
-tensors (the legacy reader asks for more if they go on)."""
+HEAD_BYTES = legacy.FIRST_WINDOW
+"""The head read when the tail holds no zip end record: the legacy reader's first window of its pickles."""
 COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in b"123456789"),
               (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4")]
 """Magic numbers of compressed files (a checkpoint compressed whole must be decompressed to be read)."""

@@ -10,7 +10,8 @@ header is checked before its storage is first read.
 The pickles come first and say nothing of their length: opening reads a
 head (``FIRST_WINDOW``, which format detection has read already) and, if the
 pickles go on, windows growing sixteenfold, each reading only its new bytes:
-pickles of up to 4 MiB (about 40,000 tensors) cost at most one more read.
+pickles of up to 4 MiB (some 30,000 tensors of a state dict) cost at most one more
+read.
 """
 
 from __future__ import annotations

@@ -208,3 +208,43 @@ def test_generated_archives_have_their_local_header_offsets(tmp_path: Path,
             assert storage.offset == expected[f"{prefix}/{storage.record}"]
         for tensor in ck.tensors:
             assert ck.read(tensor) == tensors[tensor.path[1]].numpy().tobytes()
+
+
+@st.composite
+def _zip64_layouts(draw: Any) -> tuple[str, list[tuple[str, int]]]:
+    """Records of more than 4 GiB among small ones: zip64 sizes, and zip64 offsets for every record after one."""
+    before = draw(st.integers(0, 3))
+    after = draw(st.integers(0, 3))
+    big = draw(st.sampled_from([2**32 - 1, 2**32, 2**32 + 7, 5 * 2**30]))
+    sizes = [draw(st.integers(0, 300)) for _ in range(before + after)]
+    layout = [(f"s{i}", n) for i, n in enumerate(sizes[:before])] + [("big", big)]
+    layout += [(f"s{i}", n) for i, n in enumerate(sizes[before:], before)]
+    return draw(st.text("abcdefghij", min_size=1, max_size=120)), layout
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(_zip64_layouts())
+def test_generated_zip64_archives_have_their_local_header_offsets(
+        tmp_path: Path, layout: tuple[str, list[tuple[str, int]]]) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    prefix, records = layout
+    path = tmp_path / f"{prefix}.pt"
+    with FakeTensorMode():
+        tensors = {name: torch.empty(n, dtype=torch.uint8) for name, n in records}
+        with torch.serialization.skip_data(materialize_fake_tensors=True):
+            save_zip(tensors, path)
+    if path.stat().st_blocks * 512 > 2**24:
+        pytest.skip("the temporary directory's file system has no sparse files")
+    try:
+        expected = local_data_offsets(path)
+        ck, source = _open_counting(path, 0)
+        with ck:
+            assert len(source.reads) <= 2
+            assert {s.record: s.offset for s in ck.storages} == {
+                r.split("/", 1)[1]: o for r, o in expected.items() if "/data/" in r}
+            for tensor in ck.tensors:
+                ck.read(tensor, 0, min(tensor.nbytes, 16))
+    finally:
+        path.unlink()
