@@ -32,7 +32,6 @@ from ckptfs.errors import (
 from ckptfs.fs.describe import encode_tree
 from ckptfs.model.tree import walk
 from ckptfs.pickle.values import PickledObject
-import tar_writer
 from hostile.containers import legacy_checkpoint, legacy_pid, zip_checkpoint
 from hostile.payloads import PAYLOADS
 from hostile.picklegen import (
@@ -1002,11 +1001,9 @@ def _tar(members: dict[str, bytes], pax: dict[str, str] | None = None) -> bytes:
 
 def _tar_view(offset: int, numel: int) -> bytes:
     """A TAR checkpoint with one float32 storage of 4 and a storage view of it at ``offset``, ``numel`` long."""
-    root = tar_writer.p_tuple(tar_writer.p_int(1, False), tar_writer.p_str("cpu", False),
-                              tar_writer.p_global("torch", "FloatStorage"))
-    view = tar_writer.p_tuple(*(tar_writer.p_int(v, False) for v in (2, 1, offset, numel)))
-    storages = (tar_writer.pickle2(b"K\x01") + tar_writer.pickle2(root) + struct.pack("<q", 4) + FLOATS
-                + tar_writer.pickle2(b"](" + view + b"e"))
+    view = tup(*(i(v) for v in (2, 1, offset, numel)))
+    storages = (pickle(i(1)) + pickle(tup(i(1), s("cpu"), glob("torch", "FloatStorage"))) + struct.pack("<q", 4)
+                + FLOATS + pickle(lst(view)))
     return _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": storages})
 
 

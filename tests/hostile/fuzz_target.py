@@ -20,6 +20,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
+from ckptfs.fs.pieces import Piece, SourceBytes, TensorBytes
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000
@@ -60,6 +61,15 @@ def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
                 pass
 
 
+def _read_pieces(ck: ckptfs.Checkpoint, pieces: list[Piece]) -> None:
+    """Reads the start of each piece of a view, as a read of the file would."""
+    for piece in pieces:
+        if isinstance(piece, TensorBytes):
+            ck.read(piece.tensor, piece.offset, min(piece.length, READ))
+        elif isinstance(piece, SourceBytes):
+            piece.extent.source.read(piece.extent.offset, min(piece.extent.length, READ))
+
+
 def _mount_walk(ck: ckptfs.Checkpoint) -> None:
     """What ``find -ls`` and ``cat`` of every small file do on a mount, up to MAX_NODES entries."""
     layout = Layout(ck)
@@ -71,8 +81,10 @@ def _mount_walk(ck: ckptfs.Checkpoint) -> None:
             layout.size(node)
             if isinstance(node, Dir):
                 pending.append(node)
-            elif node.kind in (Kind.VALUE, Kind.VIEW):
+            elif node.kind is Kind.VALUE:
                 layout.content(node)
+            elif node.kind is Kind.VIEW:
+                _read_pieces(ck, layout.pieces(node))
     layout.index_bytes()
 
 
