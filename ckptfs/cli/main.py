@@ -10,7 +10,9 @@ import sys
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.info import description_text, indented, overview
+from ckptfs.cli.output import discard_output
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
@@ -21,7 +23,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "mount")
+PARSING_COMMANDS = ("ls", "info", "cat", "mount")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -87,7 +89,7 @@ def _write(texts: Iterable[str]) -> None:
     except BrokenPipeError:
         raise
     except OSError as exc:
-        _discard_output()
+        discard_output()
         raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
 
 
@@ -240,6 +242,9 @@ def _add_reading_commands(sub: Any) -> None:
     _add_limit_option(info, "command_limit")
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
+    for command in (add_cat_parser(sub),):
+        _add_limit_option(command, "command_limit")
+        _add_debug_option(command)
 
 
 def _add_mount_commands(sub: Any) -> None:
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         _error("interrupted")
         return INTERRUPTED
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
         return 0
 
 
@@ -345,13 +350,6 @@ def _limit_hint(message: str, limits: Limits) -> str:
     return f"{message}; to allow more: --limit {name}=VALUE (now {current})"
 
 
-def _discard_output() -> None:
-    """After a closed pipe: what stdout still buffers goes nowhere, and exiting raises nothing more."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def run() -> NoReturn:
     """The ``ckptfs`` command: ``main``, then an exit that leaves the parsed checkpoint to the kernel.
 
@@ -363,9 +361,9 @@ def run() -> NoReturn:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
     except OSError as exc:
-        _discard_output()
+        discard_output()
         _error(f"writing the output: {exc.strerror or exc}")
         code = code or 1
     sys.stderr.flush()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import errno
 import os
-import posixpath
 from typing import Any
 
 import fsspec
@@ -37,15 +36,11 @@ from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
+from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
 from ckptfs.fsspec.source import FileObjectSource, FsspecFileSource
 from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
 from ckptfs.sources import ByteSource, open_source
-
-LINK_KINDS = (Kind.LINK, Kind.VIEW_LINK)
-MAX_LINKS = 40
-"""Links followed resolving one path (as the kernel's ELOOP): a link's target is never a link, so 2 would do."""
-
 
 class CheckpointFileSystem(AbstractArchiveFileSystem):
     """A checkpoint's tree as a read-only fsspec file system (protocol ``ckpt``)."""
@@ -119,31 +114,10 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
             return 0
 
     def _resolve(self, path: str, follow: bool) -> Node:
-        """The node at ``path``, through links to directories on the way (and at its end when ``follow``)."""
-        node = self.layout.lookup("/" + path)
-        if node is not None and (not follow or node.kind not in LINK_KINDS):
-            return node
-        node, links = self.layout.root, 0
-        parts = path.split("/") if path else []
-        for position, name in enumerate(parts):
-            if not isinstance(node, Dir):
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
-            child = self.layout.entries(node).get(name)
-            if child is None:
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-            while child.kind in LINK_KINDS and (follow or position < len(parts) - 1):
-                links += 1
-                if links > MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-                child = self._resolve(self._link_path(child), follow=False)
-            node = child
-        return node
+        return resolve(self.layout, path, follow)
 
     def _link_path(self, node: Node) -> str:
-        """Where a link points, as a path from the root."""
-        parent = self.layout.path_of(node.parent) if node.parent is not None else "."
-        target = posixpath.normpath(posixpath.join(parent, self.layout.link_target(node)))
-        return "" if target == "." else target
+        return link_path(self.layout, node)
 
     # -- reading -----------------------------------------------------------------
 
