@@ -7,12 +7,13 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
+from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.info import description_text, indented, overview
-from ckptfs.cli.output import discard_output
+from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
@@ -23,7 +24,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "cat", "mount")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -62,14 +63,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
         rows = listed(ck)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
-        _write(lines)
+        write_text(lines)
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
         if not args.json:
-            _write(line + "\n" for line in overview(ck))
+            write_text(line + "\n" for line in overview(ck))
             return 0
         text = description_text(ck)
         if args.indent is not None:
@@ -77,20 +78,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 text = indented(text, args.indent, ck.limits.max_generated_bytes)
             except CkptfsError as exc:
                 raise exc.with_path(ck.path) from None
-        _write((text, "\n"))
+        write_text((text, "\n"))
     return 0
-
-
-def _write(texts: Iterable[str]) -> None:
-    """Writes to stdout; a failure (a full disk …) is a CkptfsError naming it. A closed pipe stays BrokenPipeError."""
-    try:
-        sys.stdout.writelines(texts)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        discard_output()
-        raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
@@ -242,7 +231,7 @@ def _add_reading_commands(sub: Any) -> None:
     _add_limit_option(info, "command_limit")
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
-    for command in (add_cat_parser(sub),):
+    for command in (add_cat_parser(sub), add_diff_parser(sub)):
         _add_limit_option(command, "command_limit")
         _add_debug_option(command)
 
@@ -323,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         _error(_limit_hint(str(exc), args.limits))
-        return 1
+        return getattr(args, "error_status", 1)
     except KeyboardInterrupt:
         if args.debug:
             raise

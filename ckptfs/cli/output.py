@@ -18,6 +18,18 @@ def discard_output() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def write_text(texts: Iterable[str]) -> None:
+    """Writes to stdout; a failure (a full disk …) is a CkptfsError naming it. A closed pipe stays BrokenPipeError."""
+    try:
+        sys.stdout.writelines(texts)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        discard_output()
+        raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
+
+
 def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
     """Writes the chunks to the file ``output``, or to stdout (never a terminal). A failed write is a
     CkptfsError naming it; a closed pipe stays BrokenPipeError (``main`` then ends quietly, as after
