@@ -35,6 +35,8 @@ examples:
   ckptfs ls --json model.pt | head            the same, one JSON object a line
   ckptfs info model.pt                        sizes, parameter count, dtypes, format
   ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
+  ckptfs cat model.pt model.embed.weight | sha256sum      one tensor's bytes
+  ckptfs diff before.pt after.pt              which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                a directory of per-tensor files
   ckptfs umount /mnt/m
   ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
