@@ -156,3 +156,15 @@ def test_what_is_not_a_checkpoint_fails_with_a_ckptfs_error(tmp_path: Path) -> N
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(CkptfsError, match="notes.txt"):
         fsspec.filesystem("ckpt", fo=str(tmp_path / "notes.txt"))
+
+
+def test_a_container_holding_itself_is_walked_once(tmp_path: Path) -> None:
+    """``[t, <the list itself>]``: the inner list is a link to the root, so find and walk end."""
+    from corpus import write_raw_archive
+
+    path = write_raw_archive(tmp_path / "cycle.pt", b"\x80\x02]q\x00h\x00a.")
+    fs = CheckpointFileSystem(fo=str(path))
+    assert fs.info("0") == {"name": "0", "size": 0, "type": "link", "kind": "link", "islink": True,
+                            "destination": ""}
+    assert fs.find("") == [".ckptfs/index.json", "0"]
+    assert fs.ls("0/0/0", detail=False) == ["0/0/0/.ckptfs", "0/0/0/0"]  # the root, as through the mount
