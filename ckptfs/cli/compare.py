@@ -6,7 +6,8 @@ matches a format that flattens its keys. A pair whose dtype, shape or kind
 differs is reported without reading anything. Otherwise both tensors'
 logical bytes are read in chunks of at most ``CHUNK_ELEMENTS`` elements on a
 thread pool (at most ``2 * threads`` chunks in flight: memory stays bounded)
-and compared as bytes; only chunks that differ are converted to float64 (or
+and compared as bytes (not hashed: both sides must be read anyway, and comparing
+costs less than any hash); only chunks that differ are converted to float64 (or
 complex128) for the largest absolute and relative difference. ``quick`` reads
 no further chunks of a tensor once one differs. A pair of tensors met again
 (tied weights) is compared once.
