@@ -10,12 +10,14 @@ and compared as bytes (not hashed: both sides must be read anyway, and comparing
 costs less than any hash); only chunks that differ are converted to float64 (or
 complex128) for the largest absolute and relative difference. ``quick`` reads
 no further chunks of a tensor once one differs. A pair of tensors met again
-(tied weights) is compared once.
+(tied weights) is compared once; two tensors stored at the same place of the
+same file (``diff x.pt x.pt``) are equal without reading them.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.model.records import Tensor, path_of
 from ckptfs.model.tree import walk
+from ckptfs.sources import ByteSource
 
 CHUNK_ELEMENTS = 1 << 20
 """Elements compared at a time: two float64 copies of a chunk are 16 MiB."""
@@ -81,6 +84,8 @@ class Comparison:
         shared: list[tuple[Outcome, Outcome]] = []
         for outcome in outcomes:
             outcome.status = _status_without_reading(outcome.a, outcome.b)
+            if outcome.status == "compare" and self._same_stored_bytes(outcome.a, outcome.b):
+                outcome.status = "equal"
             if outcome.status == "compare":
                 pair = (id(outcome.a), id(outcome.b))
                 if pair in first:
@@ -92,6 +97,23 @@ class Comparison:
             outcome.status, outcome.differing, outcome.partial = same.status, same.differing, same.partial
             outcome.max_abs, outcome.max_rel, outcome.error = same.max_abs, same.max_rel, same.error
         return outcomes
+
+    @staticmethod
+    def _same_stored_bytes(a: Tensor | None, b: Tensor | None) -> bool:
+        """Both tensors are the same view of the same stored bytes of one file (``diff x.pt x.pt``, a hard
+        link): equal, nothing read."""
+        assert a is not None and b is not None
+        left, right = a.storage, b.storage
+        if left is None or right is None or left.source is None or right.source is None:
+            return False
+        placed = [(s.record, s.offset, s.nbytes, s.dtype, s.byteorder, s.compressed, s.inline_data, s.base)
+                  for s in (left, right)]
+        views = [(t.stride, t.storage_offset, t.conj, t.neg) for t in (a, b)]
+        if placed[0] != placed[1] or left.offset < 0 or left.inline_data is not None or left.base is not None \
+                or views[0] != views[1]:
+            return False
+        identity = _file_identity(left.source)
+        return identity is not None and identity == _file_identity(right.source)
 
     def _compare_all(self, outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
@@ -152,6 +174,18 @@ def _status_without_reading(a: Tensor | None, b: Tensor | None) -> str:
     if (a.dtype, a.shape, a.has_data) != (b.dtype, b.shape, b.has_data):
         return "changed"
     return "compare" if a.has_data and a.nbytes else "equal"
+
+
+def _file_identity(source: ByteSource) -> tuple[int, int] | None:
+    """The file a source reads, as device and inode numbers (None for sources that are no file)."""
+    fd = source.fileno()
+    if fd is None:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _larger(old: float | None, new: float | None) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +134,12 @@ def test_trouble_exits_2_with_one_line(tmp_path: Path, pair: tuple[Path, Path, A
     result = diff(tmp_path / "notes.txt", pair[0])
     assert result.returncode == 2 and result.stderr.startswith(f"ckptfs: {tmp_path}/notes.txt: ")
     assert diff("--threads", "0", pair[0], pair[1]).returncode == 2
+
+
+def test_a_file_against_itself_or_a_hard_link_reads_no_tensor(
+        pair: tuple[Path, Path, dict[str, torch.Tensor], dict[str, torch.Tensor]], tmp_path: Path) -> None:
+    path_a = pair[0]
+    os.link(path_a, tmp_path / "linked.pt")
+    for other in (path_a, tmp_path / "linked.pt"):
+        status, lines, summary = diff_json(path_a, other)
+        assert (status, summary["equal"], summary["tensors"], summary["bytes_read"]) == (0, 9, 9, 0)
