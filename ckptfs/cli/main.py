@@ -7,10 +7,13 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.cli.cat import add_cat_parser
+from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.info import description_text, indented, overview
+from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
@@ -21,7 +24,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "mount")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -32,6 +35,8 @@ examples:
   ckptfs ls --json model.pt | head            the same, one JSON object a line
   ckptfs info model.pt                        sizes, parameter count, dtypes, format
   ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
+  ckptfs cat model.pt model.embed.weight | sha256sum      one tensor's bytes
+  ckptfs diff before.pt after.pt              which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                a directory of per-tensor files
   ckptfs umount /mnt/m
   ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
@@ -60,14 +65,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
         rows = listed(ck)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
-        _write(lines)
+        write_text(lines)
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
         if not args.json:
-            _write(line + "\n" for line in overview(ck))
+            write_text(line + "\n" for line in overview(ck))
             return 0
         text = description_text(ck)
         if args.indent is not None:
@@ -75,20 +80,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 text = indented(text, args.indent, ck.limits.max_generated_bytes)
             except CkptfsError as exc:
                 raise exc.with_path(ck.path) from None
-        _write((text, "\n"))
+        write_text((text, "\n"))
     return 0
-
-
-def _write(texts: Iterable[str]) -> None:
-    """Writes to stdout; a failure (a full disk …) is a CkptfsError naming it. A closed pipe stays BrokenPipeError."""
-    try:
-        sys.stdout.writelines(texts)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        _discard_output()
-        raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
@@ -240,6 +233,9 @@ def _add_reading_commands(sub: Any) -> None:
     _add_limit_option(info, "command_limit")
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
+    for command in (add_cat_parser(sub), add_diff_parser(sub)):
+        _add_limit_option(command, "command_limit")
+        _add_debug_option(command)
 
 
 def _add_mount_commands(sub: Any) -> None:
@@ -318,14 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         _error(_limit_hint(str(exc), args.limits))
-        return 1
+        return getattr(args, "error_status", 1)
     except KeyboardInterrupt:
         if args.debug:
             raise
         _error("interrupted")
         return INTERRUPTED
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
         return 0
 
 
@@ -345,13 +341,6 @@ def _limit_hint(message: str, limits: Limits) -> str:
     return f"{message}; to allow more: --limit {name}=VALUE (now {current})"
 
 
-def _discard_output() -> None:
-    """After a closed pipe: what stdout still buffers goes nowhere, and exiting raises nothing more."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def run() -> NoReturn:
     """The ``ckptfs`` command: ``main``, then an exit that leaves the parsed checkpoint to the kernel.
 
@@ -363,9 +352,9 @@ def run() -> NoReturn:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
     except OSError as exc:
-        _discard_output()
+        discard_output()
         _error(f"writing the output: {exc.strerror or exc}")
         code = code or 1
     sys.stderr.flush()

@@ -9,10 +9,13 @@ adapter may hand over without copying: FUSE as file-descriptor buffers).
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
+
+if TYPE_CHECKING:
+    from ckptfs.checkpoint import Checkpoint
 
 
 class Literal(NamedTuple):
@@ -78,6 +81,26 @@ class Content:
                 offset += count
             index += 1
         return parts
+
+
+def part_bytes(checkpoint: Checkpoint, part: Part) -> bytes:
+    """The bytes of one part: a source read, a read of the tensor's logical bytes, or a slice of literal bytes.
+
+    Every adapter reads files through here (FUSE for what it cannot hand over as a file descriptor)."""
+    piece = part.piece
+    if isinstance(piece, SourceBytes):
+        return piece.extent.source.read(piece.extent.offset + part.start, part.length)
+    if isinstance(piece, TensorBytes):
+        return checkpoint.read(piece.tensor, piece.offset + part.start, part.length)
+    return bytes(piece.data[part.start : part.start + part.length])
+
+
+def read_content(checkpoint: Checkpoint, content: Content, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of a file (fewer at its end), read from the pieces that hold them."""
+    parts = content.cover(offset, size)
+    if len(parts) == 1:
+        return part_bytes(checkpoint, parts[0])
+    return b"".join(part_bytes(checkpoint, part) for part in parts)
 
 
 def tensor_pieces(tensor: Tensor, extents: list[Extent] | None) -> list[Piece]:
