@@ -916,7 +916,11 @@ case("zip_deflated_pickle_size_lie", "container", _deflated_pickle(declared=100)
 case("zip_deflated_pickle_corrupt", "container", _deflated_pickle(corrupt=True), CorruptCheckpointError,
      r"zip record 'archive/data\.pkl' does not inflate")
 case("zip_deflated_storage_size_lie", "container", lambda env: _deflated_storage(2**31, b"\0" * 100),
-     check=reads(error=LimitExceededError, reason=r"deflated record 'archive/data/0' of 2147483648 bytes exceeds"))
+     check=reads(error=CorruptCheckpointError,
+                 reason=r"zip record 'archive/data/0' of \d+ deflated bytes cannot inflate to the 2147483648"))
+case("zip_deflated_storage_short", "container",
+     lambda env: _deflated_storage(100_000, bytes((n * n * 7919) % 251 for n in range(1000))),
+     check=reads(error=CorruptCheckpointError, reason=r"inflates to fewer bytes than its declared 100000"))
 case("zip_deflate_bomb_storage", "container", lambda env: _deflated_storage(64 << 20, bytes(64 << 20)),
      check=_deflate_bomb_reads)
 case("zip_byteorder_bad", "container", lambda env: zip_checkpoint(pickle(i(1)), byteorder=b"middle"),
