@@ -985,7 +985,7 @@ case("tar_view_of_a_missing_root", "container", lambda env: _tar_view(0, 1).repl
      CorruptCheckpointError, r"storage view 2 names 9, which is not a stored storage")
 case("tar_storage_count_huge", "container",
      lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": pickle(i(2**31 - 1))}),
-     LimitExceededError, r"2147483647 storage exceed 5000000 \(limit max_tensors\)")
+     LimitExceededError, r"2147483647 storages exceed 5000000 \(limit max_tensors\)")
 case("tar_pax_size_past_the_file", "container",
      lambda env: _tar({"pickle": pickle(b"N"), "tensors": b"", "storages": b""}, {"size": "99999999"}),
      CorruptCheckpointError, r"runs past the end of the file")
