@@ -17,7 +17,7 @@ class ParsedCheckpoint:
     """A container's parse: the object tree, its storages, and how a storage's stored bytes are reached.
 
     Formats whose storages need more than a ranged read of the source override
-    ``verify`` (framing to check before the first read) or ``inflate``
+    ``verify`` (framing to check before the first read) or ``read_inflated``
     (compressed records).
     """
 
@@ -32,8 +32,8 @@ class ParsedCheckpoint:
     def verify(self, storage: Storage) -> None:
         """Checks the storage's framing in the source once, before its bytes are first used."""
 
-    def inflate(self, storage: Storage) -> bytes:
-        """The whole decompressed record of a compressed storage."""
+    def read_inflated(self, storage: Storage, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` of a compressed storage's decompressed record."""
         raise CorruptCheckpointError(f"storage {storage.key!r} is marked compressed in a {self.format} checkpoint")
 
 

@@ -205,7 +205,7 @@ def _count(value: Any, what: str, limit: int) -> int:
     if type(value) is not int or value < 0:
         raise CorruptCheckpointError(f"the {what} count is {short_repr(value)}, not a count")
     if value > limit:
-        raise LimitExceededError(f"{value} {what} exceed {limit} (limit max_tensors)")
+        raise LimitExceededError(f"{value} {what}s exceed {limit} (limit max_tensors)")
     return value
 
 

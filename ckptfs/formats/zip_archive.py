@@ -252,12 +252,6 @@ class ZipArchive:
             return data
         raise UnsupportedError(f"zip record {e.name!r} uses compression method {e.method}")
 
-    def read_compressed(self, e: ZipEntry) -> bytes:
-        """The whole inflated record (used for deflated storages of re-zipped files)."""
-        if e.data_offset < 0:
-            self.resolve_data_offsets([e], alignment=None)
-        return self._decode(e, self.source.read(e.data_offset, e.compressed_size))
-
     def resolve_data_offsets(self, entries: list[ZipEntry], alignment: int | None) -> None:
         """Sets ``data_offset`` of each entry: computed where the directory shows torch's layout, else read from
         its local header (one read each)."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
+from ckptfs.formats.deflate_index import DeflateIndex, DeflateIndexes
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
@@ -117,16 +118,24 @@ class ZipParsed(ParsedCheckpoint):
     archive: ZipArchive = field(kw_only=True)
     limits: Limits = field(kw_only=True)
 
+    indexes: DeflateIndexes = field(default_factory=DeflateIndexes, kw_only=True)
+
     def verify(self, storage: Storage) -> None:
         """Checks the record's local header against the data offset computed at open."""
         self.archive.check_local_header(self.archive.entries[self.archive.prefix + storage.record])
 
-    def inflate(self, storage: Storage) -> bytes:
+    def read_inflated(self, storage: Storage, offset: int, length: int) -> bytes:
         entry = self.archive.entries[self.archive.prefix + storage.record]
         if entry.size > self.limits.max_inflated_bytes:
             raise LimitExceededError(f"deflated record {entry.name!r} of {entry.size} bytes exceeds "
                                      f"{self.limits.max_inflated_bytes} (limit max_inflated_bytes)")
-        return self.archive.read_compressed(entry)
+
+        def make() -> DeflateIndex:
+            if entry.data_offset < 0:
+                self.archive.resolve_data_offsets([entry], alignment=None)
+            return DeflateIndex(self.archive.source, entry.name, entry.data_offset, entry.compressed_size, entry.size)
+
+        return self.indexes.get(entry.name, make).read(offset, length)
 
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:

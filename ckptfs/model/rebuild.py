@@ -315,7 +315,8 @@ class LegacyTensor(Tensor, Buildable):
             storage = _storage(state[0])
             dtype = DTYPES["uint8"] if storage.dtype.name == "untyped" else storage.dtype
             if self.class_dtype is not None and dtype is not self.class_dtype:
-                raise _corrupt(f"legacy tensor class of dtype {self.class_dtype.name} is set to a storage of dtype {dtype.name}")
+                raise _corrupt(f"legacy tensor class of dtype {self.class_dtype.name} is set to a storage of "
+                               f"dtype {dtype.name}")
             self._adopt(make_tensor(storage, state[1], state[2], state[3], dtype))
         elif len(state) == 5:
             if not isinstance(state[0], Tensor):

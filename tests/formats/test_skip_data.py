@@ -1,4 +1,4 @@
-"""Files saved under ``torch.serialization.skip_data``: recognised, marked, and fillable from the offsets ckptfs gives."""
+"""Files saved under ``torch.serialization.skip_data``: recognised, marked, fillable from the offsets ckptfs gives."""
 
 from __future__ import annotations
 

@@ -132,11 +132,12 @@ BAD = {
                                 + (1 << 60).to_bytes(8, "little")), CorruptCheckpointError,
                      r"tar member 'storages' ends inside a storage's 4611686018427387904 bytes"),
     "tensor_count_huge": (_rewritten("tensors", P + p_int(10**9, False) + b"."), LimitExceededError,
-                          r"1000000000 tensor exceed"),
+                          r"1000000000 tensors exceed"),
     "no_pickle": (_rewritten("pickle", None), NotACheckpointError, r"no 'pickle' member"),
     "unknown_tensor_key": (_rewritten("pickle", P + b"X\x03\x00\x00\x00999Q."), CorruptCheckpointError,
                            r"the pickle names tensor '999', which the tensors member lacks"),
-    "truncated": (tar_checkpoint({"t": torch.arange(4.0)})[:1500], CorruptCheckpointError, r"tar member at offset 1024 \(\d+ bytes\) runs past the end of the file|truncated"),
+    "truncated": (tar_checkpoint({"t": torch.arange(4.0)})[:1500], CorruptCheckpointError,
+                  r"tar member at offset 1024 \(\d+ bytes\) runs past the end of the file|truncated"),
 }
 
 

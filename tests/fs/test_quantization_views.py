@@ -15,7 +15,8 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind, Node
 from ckptfs.fs.pieces import Literal, Piece, SourceBytes, TensorBytes
 
-pytestmark = [pytest.mark.filterwarnings("ignore:torch.quantize_per"), pytest.mark.filterwarnings("ignore:TypedStorage")]
+pytestmark = [pytest.mark.filterwarnings("ignore:torch.quantize_per"),
+              pytest.mark.filterwarnings("ignore:TypedStorage")]
 
 
 def _read(ck: ckptfs.Checkpoint, pieces: list[Piece]) -> bytes:
@@ -54,7 +55,8 @@ def test_scales_and_zero_points_are_files_beside_the_integer_data(tmp_path: Path
         assert names == [".ckptfs", "w", "w.json", "w.q_scales", "w.q_zero_points", "again", "again.json",
                          "again.q_scales", "again.q_zero_points", "t", "t.json", "w%2Eq_scales"]
         w = expected["w"]
-        for suffix, values in ((".q_scales", w.q_per_channel_scales()), (".q_zero_points", w.q_per_channel_zero_points())):
+        parts = ((".q_scales", w.q_per_channel_scales()), (".q_zero_points", w.q_per_channel_zero_points()))
+        for suffix, values in parts:
             node = _node(layout, "/w" + suffix)
             assert node.kind is Kind.VIEW and layout.size(node) == len(torch_bytes(values))
             assert _read(ck, layout.pieces(node)) == torch_bytes(values)

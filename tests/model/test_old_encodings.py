@@ -75,7 +75,8 @@ def test_a_legacy_tensor_class_refuses_a_storage_of_another_dtype_as_torch_does(
     torch.save({"t": BuiltTensor(torch.IntTensor, (torch.arange(4).storage(), 0, (4,), (1,)))}, path)
     with pytest.raises(RuntimeError, match="Expected a Storage of type int"):
         torch.load(path, weights_only=True)
-    with pytest.raises(CorruptCheckpointError, match="legacy tensor class of dtype int32 is set to a storage of dtype int64"):
+    with pytest.raises(CorruptCheckpointError,
+                       match="legacy tensor class of dtype int32 is set to a storage of dtype int64"):
         ckptfs.open(path)
 
 

@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,19 @@ def test_a_tar_checkpoint_of_old_torch_reads_with_cat(tmp_path: Path, mounter: M
     assert _cat(mnt / "w", mnt / "wt", mnt / "ids") == b"".join(torch_bytes(loaded[k]) for k in ("w", "wt", "ids"))
     assert _cat(mnt / "step") == b"3\n"
     assert not (mnt / "wt").is_symlink() and json.loads((mnt / "wt.json").read_bytes())["stride"] == [1, 4]
+
+
+def test_a_deflated_tensor_reads_with_cat_and_dd(tmp_path: Path, mounter: Mounter) -> None:
+    gen = torch.Generator().manual_seed(2)
+    source = save_zip({"w": torch.randint(0, 8, (2_000_000,), dtype=torch.int32, generator=gen)}, tmp_path / "s.pt")
+    path = tmp_path / "deflated.pt"
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+    expected = torch_bytes(torch.load(path)["w"])
+    mnt = mounter(path)
+    for skip in (1900, 3, 1000):
+        out = subprocess.run(["dd", f"if={mnt / 'w'}", "bs=4096", f"skip={skip}", "count=5", "status=none"],
+                             capture_output=True, check=True).stdout
+        assert out == expected[skip * 4096 : (skip + 5) * 4096], skip
+    assert _cat(mnt / "w") == expected
