@@ -31,8 +31,8 @@ What the mount shows
 Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
 
 Inode numbers are stable across mounts of the same file: each container gets
-a block of numbers in walk order, four per child (the entry, its sidecar and
-two for later views).
+a block of numbers in walk order, four per child (the entry, its sidecar, its
+``.npy`` and one for a later view; a directory's second is its ``model.safetensors``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ CONTROL_DIR_INO = 2
 INDEX_INO = 3
 FIRST_BLOCK_INO = 16
 SLOTS = 4
-"""Inode numbers per child: the entry and its views (``fs.views``: the sidecar, two kept for later views)."""
+"""Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, one kept for a later view)."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
 DIR_CACHE_SIZE = 4096
@@ -89,7 +89,7 @@ class Layout:
         self._index: bytearray | None = None
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.views = views(self.paths)
+        self.views = views(self.paths, checkpoint.extents)
 
     def _walk(self, top: Any) -> None:
         """Finds each shared object's first place and gives each container its inode block.
@@ -188,6 +188,8 @@ class Layout:
             if isinstance(child, Tensor):
                 kind = Kind.VIEW if node.kind is Kind.TENSOR else Kind.VIEW_LINK
                 for view in self.views:
+                    if not view.shows(child):
+                        continue
                     shown = ViewNode(node.ino + view.slot, kind, name + view.suffix, directory, key, child, view)
                     entries[shown.name] = shown
                     listing.append(shown)

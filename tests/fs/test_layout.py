@@ -148,8 +148,8 @@ def test_tree_names_links_and_sidecars(tmp_path: Path) -> None:
                     tmp_path / "t.pt")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
-        assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w%2Ejson", "7", "%37",
-                                               "epoch"]
+        assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w.npy", "w%2Ejson",
+                                               "7", "%37", "epoch"]
         assert layout.content(layout.lookup("/7")) == b"int\n"  # type: ignore[arg-type]
         assert layout.content(layout.lookup("/%37")) == b"str\n"  # type: ignore[arg-type]
         b = layout.lookup("/b")
@@ -241,7 +241,8 @@ def test_root_that_is_a_tensor(tmp_path: Path) -> None:
     path = save_zip(torch.arange(4, dtype=torch.int32), tmp_path / "t.pt")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
-        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + SIDECAR_SUFFIX]
+        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + SIDECAR_SUFFIX,
+                                                             ROOT_VALUE_NAME + ".npy"]
         index = json.loads(layout.index_bytes())
         assert index["tensors"] == [{"id": 1, "parent": 0, "path": [], "file": ROOT_VALUE_NAME,
                                      "sidecar": ROOT_VALUE_NAME + SIDECAR_SUFFIX, "dtype": "int32", "shape": [4],
