@@ -19,6 +19,8 @@ class Kind(enum.Enum):
     VIEW_LINK = "view_link"
     """A view of a linked tensor: a link to that view of the tensor's file."""
     INDEX = "index"
+    BUNDLE = "bundle"
+    """A file of many tensors: a directory's ``model.safetensors`` (``fs.safetensors``)."""
 
 
 class Node:

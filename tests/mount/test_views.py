@@ -1,15 +1,22 @@
-"""Views through real mounts: ``NAME.npy`` read by numpy, against torch's values."""
+"""Views through real mounts, read by their own libraries (numpy, safetensors) against torch's values."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import safetensors
+import safetensors.numpy
+import safetensors.torch
 import torch
-from corpus import CORPUS_NAMES, CorpusFile, torch_bytes
+from corpus import CORPUS_NAMES, CorpusFile, save_zip, torch_bytes
+from torch import nn
+
+from ckptfs.fs.safetensors import key_name
 
 from mount.helpers import tensor_file
 
@@ -47,3 +54,72 @@ def test_npy_loads_as_torch_values(corpus: dict[str, CorpusFile], corpus_mounts:
             assert np.array_equal(array, values, equal_nan=array.dtype.kind in "fc"), path
         loaded += 1
     assert loaded > 0
+
+
+def st_name(path: tuple[Any, ...]) -> str:
+    return ".".join(key_name(key) for key in path)
+
+
+def _left_out_covers(left_out: list[list[str]], name: str) -> bool:
+    return any(name == gone or name.startswith(gone + ".") for gone, _ in left_out)
+
+
+NUMPY_ST_DTYPES = {"F64", "F32", "F16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL", "C64"}
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_model_safetensors_loads_as_torch_values(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path],
+                                                 name: str) -> None:
+    mnt = corpus_mounts[name]
+    expected = {st_name(path): t for path, t in corpus[name].expected.tensors.items()}
+    st = mnt / "model.safetensors"
+    header_length = int.from_bytes(st.open("rb").read(8), "little")
+    header = json.loads(st.open("rb").read(8 + header_length)[8:])
+    assert (8 + header_length) % 8 == 0
+    assert st.stat().st_size == 8 + header_length + max([e["data_offsets"][1] for k, e in header.items()
+                                                        if k != "__metadata__"], default=0)
+    meta = header["__metadata__"]
+    left_out = json.loads(meta["left_out"])
+    assert meta["format"] == "pt" and meta["source"] == str(corpus[name].path)
+    loaded = safetensors.torch.load_file(st)
+    assert set(loaded) == set(header) - {"__metadata__"}
+    with safetensors.safe_open(st, "np") as np_file:
+        for key, t in expected.items():
+            if key not in loaded:
+                assert _left_out_covers(left_out, key), key
+                continue
+            got = loaded[key]
+            assert got.dtype == t.dtype and got.shape == t.shape, key
+            assert torch_bytes(got) == torch_bytes(t), key
+            if header[key]["dtype"] in NUMPY_ST_DTYPES:
+                array = np_file.get_tensor(key)
+                assert array.shape == t.shape and array.tobytes() == torch_bytes(t), key
+    for gone, why in left_out:
+        assert gone not in loaded and why, gone
+    numpy_only = {k for k, e in header.items() if k != "__metadata__" and e["dtype"] in NUMPY_ST_DTYPES}
+    if len(numpy_only) == len(loaded):
+        arrays = safetensors.numpy.load_file(st)
+        assert {k: a.tobytes() for k, a in arrays.items()} == {k: torch_bytes(t) for k, t in loaded.items()}
+
+
+def test_nested_state_dicts_each_have_model_safetensors(mounter: Any, tmp_path: Path) -> None:
+    emb = torch.randn(4, 3)
+    model = {"emb.weight": emb, "head.weight": emb, "t": emb.t()[1:], "s": torch.tensor(2, dtype=torch.int8),
+             "e": torch.empty(0, 5), "bf": torch.randn(3).bfloat16(), "f4": torch.randint(0, 255, (2, 3),
+             dtype=torch.uint8).view(torch.float4_e2m1fn_x2), "c128": torch.ones(2, dtype=torch.complex128)}
+    ema = nn.Linear(3, 2).state_dict()
+    source = save_zip({"model": model, "ema": ema, "epoch": 7, "note": "x"}, tmp_path / "nested.pt")
+    mnt = mounter(source)
+    index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    assert index["safetensors"] == ["model.safetensors", "model/model.safetensors", "ema/model.safetensors"]
+    for where, state, prefix in (("model", model, ""), ("ema", ema, ""), ("", model, "model."), ("", ema, "ema.")):
+        loaded = safetensors.torch.load_file(mnt / where / "model.safetensors")
+        for key, t in state.items():
+            if t.dtype == torch.complex128:
+                assert prefix + key not in loaded
+                continue
+            assert loaded[prefix + key].dtype == t.dtype and torch_bytes(loaded[prefix + key]) == torch_bytes(t)
+    with safetensors.safe_open(mnt / "model" / "model.safetensors", "pt") as f:
+        assert json.loads(f.metadata()["left_out"]) == [["c128", "dtype complex128"]]
+        assert f.get_slice("t")[1:, :2].tolist() == model["t"][1:, :2].tolist()
+    assert not (mnt / "ema" / "weight.safetensors").exists() and not (mnt / "epoch.npy").exists()
