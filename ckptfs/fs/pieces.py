@@ -9,7 +9,7 @@ adapter may hand over without copying: FUSE as file-descriptor buffers).
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple, Union
+from typing import Callable, NamedTuple, Union
 
 from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
@@ -85,3 +85,14 @@ def tensor_pieces(tensor: Tensor, extents: list[Extent] | None) -> list[Piece]:
     if extents is not None:
         return [SourceBytes(extent) for extent in extents]
     return [TensorBytes(tensor, 0, tensor.nbytes)]
+
+
+def piece_bytes(piece: Piece, read: Callable[[Tensor, int, int], bytes], start: int = 0,
+                length: int | None = None) -> bytes | bytearray:
+    """``length`` bytes of a piece from ``start`` (to its end by default); ``read`` is ``Checkpoint.read``."""
+    count = piece.length - start if length is None else length
+    if isinstance(piece, Literal):
+        return piece.data[start : start + count]
+    if isinstance(piece, TensorBytes):
+        return read(piece.tensor, piece.offset + start, count)
+    return piece.extent.source.read(piece.extent.offset + start, count)

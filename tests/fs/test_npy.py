@@ -14,6 +14,7 @@ from corpus import save_zip, torch_bytes
 import ckptfs
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.npy import dtype_descr, npy_header
+from ckptfs.fs.pieces import piece_bytes
 from ckptfs.model.dtypes import DTYPES
 
 
@@ -58,9 +59,7 @@ def test_layout_npy_files(tmp_path: Path) -> None:
                 continue
             assert node is not None
             pieces = layout.pieces(node)
-            data = b"".join(bytes(p.data) if hasattr(p, "data") else
-                            (ck.read(p.tensor, p.offset, p.length) if hasattr(p, "tensor") else
-                             p.extent.source.read(p.extent.offset, p.extent.length)) for p in pieces)
+            data = b"".join(piece_bytes(piece, ck.read) for piece in pieces)
             assert layout.size(node) == len(data)
             array = np.load(io.BytesIO(data))
             assert array.shape == t.shape and array.tobytes() == torch_bytes(t)
