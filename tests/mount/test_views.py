@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +126,48 @@ def test_nested_state_dicts_each_have_model_safetensors(mounter: Any, tmp_path: 
         assert json.loads(f.metadata()["left_out"]) == [["c128", "dtype complex128"]]
         assert f.get_slice("t")[1:, :2].tolist() == model["t"][1:, :2].tolist()
     assert not (mnt / "ema" / "weight.safetensors").exists() and not (mnt / "epoch.npy").exists()
+
+
+NODE_READER = r"""
+// Reads a safetensors file with nothing but fs: the 8-byte length, the JSON header, each tensor's bytes.
+const fs = require("fs");
+const crypto = require("crypto");
+const fd = fs.openSync(process.argv[2], "r");
+const head = Buffer.alloc(8);
+fs.readSync(fd, head, 0, 8, 0);
+const length = Number(head.readBigUInt64LE(0));
+const text = Buffer.alloc(length);
+fs.readSync(fd, text, 0, length, 8);
+const header = JSON.parse(text.toString("utf8"));
+const out = {};
+for (const [name, entry] of Object.entries(header)) {
+  if (name === "__metadata__") continue;
+  const [start, end] = entry.data_offsets;
+  const data = Buffer.alloc(end - start);
+  let done = 0;
+  while (done < data.length) {
+    const got = fs.readSync(fd, data, done, data.length - done, 8 + length + start + done);
+    if (got === 0) throw new Error("short read in " + name);
+    done += got;
+  }
+  out[name] = {dtype: entry.dtype, shape: entry.shape, sha256: crypto.createHash("sha256").update(data).digest("hex")};
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None and not os.environ.get("CI"), reason="node is not installed")
+def test_node_reads_model_safetensors(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path],
+                                      tmp_path: Path) -> None:
+    """Another language's program, its own header parse: every tensor's bytes are torch's."""
+    script = tmp_path / "read.js"
+    script.write_text(NODE_READER)
+    name = "r2_every_dtype"
+    done = subprocess.run(["node", str(script), str(corpus_mounts[name] / "model.safetensors")],
+                          capture_output=True, text=True, check=True)
+    read = json.loads(done.stdout)
+    expected = {st_name(path): t for path, t in corpus[name].expected.tensors.items()}
+    assert len(read) > 150
+    for key, entry in read.items():
+        assert entry["sha256"] == hashlib.sha256(torch_bytes(expected[key])).hexdigest(), key
+        assert entry["shape"][:-1] == list(expected[key].shape)[:-1], key
