@@ -20,6 +20,7 @@ What the mount shows
   occurrence is a relative symlink to it (a tensor's sidecar too).
 * ``model.safetensors`` at the root and in each of the root's directories
   holding a tensor: their tensors in one safetensors file, see ``fs.safetensors``.
+* ``/.zarr/``: the tree as a zarr v3 hierarchy, see ``fs.zarr``.
 * ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
   API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
   and every other entry (directories, values, links). Each tensor and entry
@@ -52,6 +53,8 @@ from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import views
+from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
+from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
 from ckptfs.model.tree import children, is_container
@@ -182,6 +185,10 @@ class Layout:
         return directory.children
 
     def _build(self, directory: Dir) -> None:
+        if isinstance(directory, ZarrDir):
+            found = mirror_entries(directory, [] if directory.array else self.children(directory.mirrors))
+            directory.listing, directory.entries = found, {node.name: node for node in found}
+            return
         container = directory.value
         pairs = self._children_of[id(container)]
         base = self._block[id(container)]
@@ -189,8 +196,9 @@ class Layout:
         listing: list[Node] = []
         kids: list[Node] = []
         if directory is self.root:
-            entries[CONTROL_DIR] = self.control
-            listing.append(self.control)
+            mirror = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
+            entries[CONTROL_DIR], entries[ZARR_DIR] = self.control, mirror
+            listing += [self.control, mirror]
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
             name = names[position]
@@ -273,6 +281,8 @@ class Layout:
         return "/".join(reversed(names)) or "."
 
     def link_target(self, node: Node) -> str:
+        if isinstance(node, ZarrLink):
+            return self.link_target(node.mirrors)
         target = self.node_of(node.value)
         here = _ancestry(node.parent)
         there = _ancestry(target)
@@ -309,11 +319,13 @@ class Layout:
             return len(self.link_target(node).encode("utf-8"))
         if kind is Kind.BUNDLE:
             return self.safetensors(node).size
+        if kind is Kind.ZARR_CHUNK:
+            return node.value.nbytes  # type: ignore[no-any-return]
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
         if kind is Kind.VALUE:
             return self.value_size(node.value)
-        return len(self.index_bytes())
+        return len(self.content(node))
 
     def value_size(self, value: Any) -> int:
         """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
@@ -340,6 +352,8 @@ class Layout:
             return node.view.pieces(node.value)
         if node.kind is Kind.BUNDLE:
             return self.safetensors(node).pieces(self.checkpoint.extents)
+        if node.kind is Kind.ZARR_CHUNK:
+            return tensor_pieces(node.value, self.checkpoint.extents(node.value))
         return [Literal(self.content(node))]
 
     def content(self, node: Node) -> bytes | bytearray:
@@ -353,6 +367,8 @@ class Layout:
             return value_bytes(node.value)
         if node.kind is Kind.INDEX:
             return self.index_bytes()
+        if node.kind is Kind.ZARR:
+            return zarr_document(node)
         raise ValueError(f"{node.kind.value} entries have no generated content")
 
     def index_bytes(self) -> bytearray:

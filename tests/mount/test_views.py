@@ -16,6 +16,7 @@ import safetensors
 import safetensors.numpy
 import safetensors.torch
 import torch
+import zarr
 from corpus import CORPUS_NAMES, CorpusFile, save_zip, torch_bytes
 from torch import nn
 
@@ -171,3 +172,45 @@ def test_node_reads_model_safetensors(corpus: dict[str, CorpusFile], corpus_moun
     for key, entry in read.items():
         assert entry["sha256"] == hashlib.sha256(torch_bytes(expected[key])).hexdigest(), key
         assert entry["shape"][:-1] == list(expected[key].shape)[:-1], key
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_zarr_hierarchy_reads_as_torch_values(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path],
+                                              name: str) -> None:
+    mnt = corpus_mounts[name]
+    group = zarr.open_group(mnt / ".zarr", mode="r")
+    arrays = 0
+    for path, t in corpus[name].expected.tensors.items():
+        f = tensor_file(mnt, path)
+        meta = json.loads(Path(f"{f}.json").read_text())
+        key = str(f.relative_to(mnt))
+        if meta["npy"] is None:
+            assert key not in group, key
+            continue
+        array = group[key]
+        assert isinstance(array, zarr.Array) and array.shape == t.shape, key
+        assert array.attrs["ckptfs_dtype"] == meta["dtype"], key
+        assert array.dtype == np.dtype(meta["npy"]["descr"]), key
+        assert array[...].tobytes() == torch_bytes(t), key
+        arrays += 1
+    assert arrays > 0
+    assert json.loads((mnt / ".zarr" / "zarr.json").read_text()) == {"zarr_format": 3, "node_type": "group",
+                                                                     "attributes": {}}
+
+
+@pytest.mark.parametrize("name", ["r2_every_dtype", "r1_views_containers", "r7_big_endian"])
+def test_tensorstore_reads_zarr_arrays(corpus: dict[str, CorpusFile], corpus_mounts: dict[str, Path],
+                                       name: str) -> None:
+    tensorstore = pytest.importorskip("tensorstore")
+    mnt = corpus_mounts[name]
+    read = 0
+    for path, t in corpus[name].expected.tensors.items():
+        f = tensor_file(mnt, path)
+        if json.loads(Path(f"{f}.json").read_text())["npy"] is None:
+            continue
+        store = tensorstore.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(
+            mnt / ".zarr" / f.relative_to(mnt))}}, read=True).result()
+        array = store.read().result()
+        assert array.shape == t.shape and array.tobytes() == torch_bytes(t), path
+        read += 1
+    assert read > 0
