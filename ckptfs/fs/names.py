@@ -32,8 +32,7 @@ in a dict or object the int key if the container has it, else the str key
 
 Names beginning with ``.`` and names ending in a reserved suffix never come
 from keys, so ckptfs' own entries cannot collide with them: ``NAME.json``
-sidecars, ``/.ckptfs/``, and — reserved for views to come — ``NAME.npy`` next
-to each tensor and ``/model.safetensors``.
+sidecars, ``NAME.npy`` views, ``model.safetensors``, ``/.ckptfs/`` and ``/.zarr/``.
 """
 
 from __future__ import annotations
