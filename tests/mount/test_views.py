@@ -214,3 +214,22 @@ def test_tensorstore_reads_zarr_arrays(corpus: dict[str, CorpusFile], corpus_mou
         assert array.shape == t.shape and array.tobytes() == torch_bytes(t), path
         read += 1
     assert read > 0
+
+
+def test_reads_spanning_header_and_data(mounter: Any, tmp_path: Path) -> None:
+    """One read across the generated header and the stored data, at every boundary, gives the whole file's bytes."""
+    w = torch.randn(64, 33)
+    source = save_zip({"w": w, "t": w.t(), "b": torch.arange(5, dtype=torch.bfloat16)}, tmp_path / "span.pt")
+    mnt = mounter(source)
+    for name in ("model.safetensors", "w.npy", "t.npy", "b.npy"):
+        whole = (mnt / name).read_bytes()
+        header = 8 + int.from_bytes(whole[:8], "little") if name.endswith("safetensors") else 128
+        fd = os.open(mnt / name, os.O_RDONLY)
+        try:
+            for start in (0, header - 1, header - 100, header):
+                for count in (1, 2, 101, 4096, len(whole)):
+                    assert os.pread(fd, count, max(0, start)) == whole[max(0, start) : max(0, start) + count]
+        finally:
+            os.close(fd)
+    np.testing.assert_array_equal(np.load(mnt / "w.npy", mmap_mode="r"), w.numpy())
+    np.testing.assert_array_equal(np.load(mnt / "t.npy", mmap_mode="r"), w.t().numpy())
