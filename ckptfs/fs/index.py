@@ -11,6 +11,7 @@ from ckptfs.fs.names import INDEX_NAME
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.npy import npy_dtype
+from ckptfs.fs.zarr import ZARR_DIR
 from ckptfs.fs.views import NPY_SUFFIX, SIDECAR_SUFFIX
 from ckptfs.model.encoding import encode_leaf, key_text
 from ckptfs.model.jsontext import dumps, quote, scalar_text
@@ -49,7 +50,7 @@ def make_index(layout: Tree) -> bytearray:
     ck = layout.checkpoint
     budget = ck.limits.max_generated_bytes
     head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths()}
+            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(), "zarr": ZARR_DIR}
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
     tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
     entries = bytearray()

@@ -20,7 +20,7 @@ What the mount shows
   occurrence is a relative symlink to it (a tensor's sidecar too).
 * ``model.safetensors`` at the root and in each of the root's directories
   holding a tensor: their tensors in one safetensors file, see ``fs.safetensors``.
-* ``/.zarr/``: the tree as a zarr v3 hierarchy, see ``fs.zarr``.
+* ``/.zarr/``: the tree as a zarr v3 hierarchy, see ``fs.zarr``; not listed in the root.
 * ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
   API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
   and every other entry (directories, values, links). Each tensor and entry
@@ -196,9 +196,10 @@ class Layout:
         listing: list[Node] = []
         kids: list[Node] = []
         if directory is self.root:
+            # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
             mirror = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
             entries[CONTROL_DIR], entries[ZARR_DIR] = self.control, mirror
-            listing += [self.control, mirror]
+            listing.append(self.control)
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
             name = names[position]

@@ -28,6 +28,9 @@ METADATA_NAME = "zarr.json"
 ZARR_INO = 1 << 48
 """A mirrored node's numbers are ``ZARR_INO + 4 * (its mount node's number) + ZarrPart``: apart from the tree's."""
 _KINDS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+DOCUMENTS = 4096
+"""Array documents remembered, by dtype and shape."""
+_DOCUMENTS: dict[tuple[Any, tuple[int, ...]], bytes] = {}
 GROUP_DOCUMENT = (json.dumps({"zarr_format": 3, "node_type": "group", "attributes": {}}) + "\n").encode()
 
 
@@ -60,6 +63,17 @@ def chunk_name(tensor: Tensor) -> str | None:
 
 
 def array_document(tensor: Tensor) -> bytes:
+    """An array's ``zarr.json``: one per dtype and shape, remembered (a model has few distinct ones)."""
+    key = (tensor.dtype, tensor.shape)
+    made = _DOCUMENTS.get(key)
+    if made is None:
+        if len(_DOCUMENTS) >= DOCUMENTS:
+            _DOCUMENTS.clear()
+        made = _DOCUMENTS[key] = _array_document(tensor)
+    return made
+
+
+def _array_document(tensor: Tensor) -> bytes:
     data_type = zarr_data_type(tensor)
     assert data_type is not None
     fill: Any = False if data_type == "bool" else [0.0, 0.0] if data_type.startswith("complex") else 0

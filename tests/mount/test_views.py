@@ -196,6 +196,8 @@ def test_zarr_hierarchy_reads_as_torch_values(corpus: dict[str, CorpusFile], cor
     assert arrays > 0
     assert json.loads((mnt / ".zarr" / "zarr.json").read_text()) == {"zarr_format": 3, "node_type": "group",
                                                                      "attributes": {}}
+    assert ".zarr" not in os.listdir(mnt) and json.loads((mnt / ".ckptfs" / "index.json").read_text())["zarr"] == \
+        ".zarr"
 
 
 @pytest.mark.parametrize("name", ["r2_every_dtype", "r1_views_containers", "r7_big_endian"])
