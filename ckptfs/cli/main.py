@@ -12,6 +12,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.diff import add_diff_parser
+from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
@@ -24,7 +25,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -39,6 +40,7 @@ examples:
   ckptfs diff before.pt after.pt              which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                a directory of per-tensor files
   ckptfs umount /mnt/m
+  ckptfs convert model.pt model.safetensors   the tensors as one safetensors file (also --to npz, dir)
   ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
     "ls": """\
 examples:
@@ -204,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
                                 title="commands", help="ckptfs COMMAND --help tells more")
     _add_reading_commands(sub)
+    convert = add_convert_command(sub)
+    _add_limit_option(convert, "command_limit")
+    _add_debug_option(convert)
     _add_mount_commands(sub)
     _lay_out_help(sub)
     return parser

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Callable, TypeVar
 
 from ckptfs.errors import LimitExceededError
+from ckptfs.fs.npy import npy_dtype
 from ckptfs.model.encoding import encode_key, encode_leaf, has_surrogates
 from ckptfs.model.jsontext import dumps, scalar_text
 from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor, Trail
@@ -25,6 +26,16 @@ from ckptfs.reading.extents import source_ranges
 
 RECURSION_LIMIT = 20_000
 """Enough for trees as deep as ``max_tree_depth``'s default allows, many times over."""
+
+
+def _npy_field(tensor: Tensor) -> dict[str, str] | None:
+    """What the tensor's ``NAME.npy`` holds (``fs.npy``): its numpy dtype, and the true dtype when those are raw
+    bits; None when there is no ``.npy``."""
+    found = npy_dtype(tensor)
+    if found is None:
+        return None
+    descr, raw = found
+    return {"descr": descr, "raw_bits_of": tensor.dtype.name} if raw else {"descr": descr}
 
 
 def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
@@ -49,6 +60,7 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
         "is_parameter": tensor.is_parameter,
         "kind": tensor.kind,
         "has_data": tensor.has_data,
+        "npy": _npy_field(tensor),
     }
     if tensor.conj or tensor.neg:
         meta["conj"], meta["neg"] = tensor.conj, tensor.neg

@@ -32,9 +32,8 @@ in a dict or object the int key if the container has it, else the str key
 
 Names beginning with ``.`` and names ending in a reserved suffix never come
 from keys, so ckptfs' own entries cannot collide with them: ``NAME.json``
-sidecars, a per-channel quantized tensor's ``NAME.q_scales`` and
-``NAME.q_zero_points``, ``/.ckptfs/``, and — reserved for views to come —
-``NAME.npy`` next to each tensor and ``/model.safetensors``.
+sidecars, ``NAME.npy`` views, a per-channel quantized tensor's ``NAME.q_scales``
+and ``NAME.q_zero_points``, ``model.safetensors``, ``/.ckptfs/`` and ``/.zarr/``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ adapter may hand over without copying: FUSE as file-descriptor buffers).
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, NamedTuple, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Union
 
 from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
@@ -87,12 +87,7 @@ def part_bytes(checkpoint: Checkpoint, part: Part) -> bytes:
     """The bytes of one part: a source read, a read of the tensor's logical bytes, or a slice of literal bytes.
 
     Every adapter reads files through here (FUSE for what it cannot hand over as a file descriptor)."""
-    piece = part.piece
-    if isinstance(piece, SourceBytes):
-        return piece.extent.source.read(piece.extent.offset + part.start, part.length)
-    if isinstance(piece, TensorBytes):
-        return checkpoint.read(piece.tensor, piece.offset + part.start, part.length)
-    return bytes(piece.data[part.start : part.start + part.length])
+    return bytes(piece_bytes(part.piece, checkpoint.read, part.start, part.length))
 
 
 def read_content(checkpoint: Checkpoint, content: Content, offset: int, size: int) -> bytes:
@@ -108,3 +103,14 @@ def tensor_pieces(tensor: Tensor, extents: list[Extent] | None) -> list[Piece]:
     if extents is not None:
         return [SourceBytes(extent) for extent in extents]
     return [TensorBytes(tensor, 0, tensor.nbytes)]
+
+
+def piece_bytes(piece: Piece, read: Callable[[Tensor, int, int], bytes], start: int = 0,
+                length: int | None = None) -> bytes | bytearray:
+    """``length`` bytes of a piece from ``start`` (to its end by default); ``read`` is ``Checkpoint.read``."""
+    count = piece.length - start if length is None else length
+    if isinstance(piece, Literal):
+        return piece.data[start : start + count]
+    if isinstance(piece, TensorBytes):
+        return read(piece.tensor, piece.offset + start, count)
+    return piece.extent.source.read(piece.extent.offset + start, count)

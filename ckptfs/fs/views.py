@@ -1,5 +1,5 @@
-"""Views: the files shown beside a tensor, one row of ``views`` each: the ``NAME.json`` sidecar of every
-tensor, and a per-channel quantized tensor's ``NAME.q_scales`` and ``NAME.q_zero_points``.
+"""Views: the files shown beside a tensor, one row of ``views`` each: ``NAME.json`` (every tensor), ``NAME.npy``
+(every tensor numpy can hold), and a per-channel quantized tensor's ``NAME.q_scales`` and ``NAME.q_zero_points``.
 
 A view has a name suffix (reserved: no key's name ends with it), a slot in the
 tensor's block of inode numbers, says which tensors it is shown beside, and
@@ -9,17 +9,24 @@ pieces). A new view is a class here and a row in ``views``.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
-from ckptfs.checkpoint import Checkpoint
+from ckptfs.fs.npy import npy_dtype, npy_header
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.records import Tensor
+from ckptfs.reading.extents import Extent
 
 SIDECAR_SUFFIX = ".json"
 SCALES_SUFFIX = ".q_scales"
 ZERO_POINTS_SUFFIX = ".q_zero_points"
+NPY_SUFFIX = ".npy"
+NPY_HEADERS = 4096
+"""``.npy`` headers remembered by dtype and shape (a model has few distinct shapes)."""
+
+Extents = Callable[[Tensor], "list[Extent] | None"]
+"""``Checkpoint.extents``: where a tensor's bytes are stored as they are."""
 
 
 class View(Protocol):
@@ -53,12 +60,44 @@ class SidecarView:
         return [Literal(self.maker(tensor))]
 
 
+class NpyView:
+    """``NAME.npy``: numpy's header for the tensor (``fs.npy``) followed by the tensor file's bytes."""
+
+    suffix = NPY_SUFFIX
+    slot = 2
+
+    def __init__(self, extents: Extents) -> None:
+        self._extents = extents
+        self._headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+    def shows(self, tensor: Tensor) -> bool:
+        return npy_dtype(tensor) is not None
+
+    def header(self, tensor: Tensor) -> bytes:
+        found = npy_dtype(tensor)
+        assert found is not None, "no .npy for this tensor"
+        key = (found[0], tensor.shape)
+        header = self._headers.get(key)
+        if header is None:
+            if len(self._headers) >= NPY_HEADERS:
+                self._headers.clear()
+            header = self._headers[key] = npy_header(*key)
+        return header
+
+    def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
+        return [len(self.header(tensor)) + tensor.nbytes for tensor in tensors]
+
+    def pieces(self, tensor: Tensor) -> list[Piece]:
+        data = tensor_pieces(tensor, self._extents(tensor)) if tensor.nbytes else []
+        return [Literal(self.header(tensor)), *data]
+
+
 class QuantizationTensorView:
     """``NAME.q_scales`` (float64) or ``NAME.q_zero_points`` (int64) of a per-channel quantized tensor: the
     bytes of ``t.q_per_channel_scales()`` or ``t.q_per_channel_zero_points()``, one element per channel."""
 
-    def __init__(self, checkpoint: Checkpoint, suffix: str, slot: int, part: str) -> None:
-        self.checkpoint = checkpoint
+    def __init__(self, extents: Extents, suffix: str, slot: int, part: str) -> None:
+        self._extents = extents
         self.suffix = suffix
         self.slot = slot
         self.part = part
@@ -75,7 +114,7 @@ class QuantizationTensorView:
 
     def pieces(self, tensor: Tensor) -> list[Piece]:
         part = self._tensor(tensor)
-        return tensor_pieces(part, self.checkpoint.extents(part) if part.nbytes else None)
+        return tensor_pieces(part, self._extents(part) if part.nbytes else None)
 
     def _tensor(self, tensor: Tensor) -> Tensor:
         part = self._part(tensor)
@@ -83,7 +122,7 @@ class QuantizationTensorView:
         return part
 
 
-def views(paths: PathTexts, checkpoint: Checkpoint) -> tuple[View, ...]:
+def views(paths: PathTexts, extents: Extents) -> tuple[View, ...]:
     """The views of one layout, in listing order after each tensor."""
-    return (SidecarView(paths), QuantizationTensorView(checkpoint, SCALES_SUFFIX, 2, "scales"),
-            QuantizationTensorView(checkpoint, ZERO_POINTS_SUFFIX, 3, "zero_points"))
+    return (SidecarView(paths), NpyView(extents), QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
+            QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))

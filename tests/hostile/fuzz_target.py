@@ -20,7 +20,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
-from ckptfs.fs.pieces import Piece, SourceBytes, TensorBytes
+from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000
@@ -61,17 +61,9 @@ def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
                 pass
 
 
-def _read_pieces(ck: ckptfs.Checkpoint, pieces: list[Piece]) -> None:
-    """Reads the start of each piece of a view, as a read of the file would."""
-    for piece in pieces:
-        if isinstance(piece, TensorBytes):
-            ck.read(piece.tensor, piece.offset, min(piece.length, READ))
-        elif isinstance(piece, SourceBytes):
-            piece.extent.source.read(piece.extent.offset, min(piece.extent.length, READ))
-
-
 def _mount_walk(ck: ckptfs.Checkpoint) -> None:
-    """What ``find -ls`` and ``cat`` of every small file do on a mount, up to MAX_NODES entries."""
+    """What ``find -ls``, ``cat`` of every small file and the first reads of the views do on a mount, up to
+    MAX_NODES entries."""
     layout = Layout(ck)
     pending = [layout.root]
     visited = 0
@@ -81,11 +73,18 @@ def _mount_walk(ck: ckptfs.Checkpoint) -> None:
             layout.size(node)
             if isinstance(node, Dir):
                 pending.append(node)
-            elif node.kind is Kind.VALUE:
+            elif node.kind in (Kind.VALUE, Kind.ZARR):
                 layout.content(node)
-            elif node.kind is Kind.VIEW:
-                _read_pieces(ck, layout.pieces(node))
+            elif node.kind in (Kind.VIEW, Kind.BUNDLE, Kind.ZARR_CHUNK):
+                _read_ends(ck, Content(layout.pieces(node), layout.size(node)))
     layout.index_bytes()
+
+
+def _read_ends(ck: ckptfs.Checkpoint, content: Content) -> None:
+    """The first and last bytes of a file made of pieces (a header, tensors' bytes), as a reader's first reads."""
+    for offset in (0, max(0, content.size - READ)):
+        for part in content.cover(offset, READ):
+            piece_bytes(part.piece, ck.read, part.start, part.length)
 
 
 class Mutator:
