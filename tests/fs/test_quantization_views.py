@@ -52,8 +52,9 @@ def test_scales_and_zero_points_are_files_beside_the_integer_data(tmp_path: Path
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
         names = [n.name for n in layout.listing(layout.root)]
-        assert names == [".ckptfs", "w", "w.json", "w.q_scales", "w.q_zero_points", "again", "again.json",
-                         "again.q_scales", "again.q_zero_points", "t", "t.json", "w%2Eq_scales"]
+        assert names == [".ckptfs", "w", "w.json", "w.npy", "w.q_scales", "w.q_zero_points", "again", "again.json",
+                         "again.npy", "again.q_scales", "again.q_zero_points", "t", "t.json", "t.npy", "w%2Eq_scales",
+                         "model.safetensors"]
         w = expected["w"]
         parts = ((".q_scales", w.q_per_channel_scales()), (".q_zero_points", w.q_per_channel_zero_points()))
         for suffix, values in parts:

@@ -82,9 +82,10 @@ def test_a_shared_directory_is_a_link_that_lists_its_target_and_finds_visit_once
     fs = CheckpointFileSystem(fo=str(tmp_path / "m.pt"))
     assert fs.info("b") == {"name": "b", "size": 0, "type": "link", "kind": "link", "islink": True,
                             "destination": "a"}
-    assert fs.ls("b", detail=False) == ["b/w", "b/w.json"]
+    assert fs.ls("b", detail=False) == ["b/w", "b/w.json", "b/w.npy", "b/model.safetensors"]
     assert fs.cat_file("b/w") == torch_bytes(block["w"])
-    assert fs.find("") == [".ckptfs/index.json", "a/w", "a/w.json", "b"]
+    assert fs.find("") == [".ckptfs/index.json", "a/model.safetensors", "a/w", "a/w.json", "a/w.npy", "b",
+                           "model.safetensors"]
 
 
 def test_ls_of_a_file_is_its_info_and_missing_paths_are_not_found(corpus: dict[str, CorpusFile]) -> None:
