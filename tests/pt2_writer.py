@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 

@@ -11,11 +11,11 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
-from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.convert import add_convert_command
+from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.info import description_text, indented, overview
-from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
+from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
 from ckptfs.errors import CkptfsError

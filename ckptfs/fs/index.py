@@ -9,8 +9,8 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.files import container_kind
 from ckptfs.fs.names import INDEX_NAME
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.npy import npy_dtype
+from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.views import NPY_SUFFIX, SCALES_SUFFIX, SIDECAR_SUFFIX, ZERO_POINTS_SUFFIX
 from ckptfs.fs.zarr import ZARR_DIR
 from ckptfs.model.encoding import encode_leaf, key_text

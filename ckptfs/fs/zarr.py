@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ckptfs.fs.npy import npy_dtype
 from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.npy import npy_dtype
 from ckptfs.model.records import Tensor
 
 ZARR_DIR = ".zarr"

@@ -42,6 +42,7 @@ from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
 from ckptfs.sources import ByteSource, open_source
 
+
 class CheckpointFileSystem(AbstractArchiveFileSystem):
     """A checkpoint's tree as a read-only fsspec file system (protocol ``ckpt``)."""
 

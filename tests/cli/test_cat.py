@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from corpus import CORPUS_NAMES, CorpusFile, torch_bytes
+from corpus import CorpusFile, torch_bytes
 
 import ckptfs
 from ckptfs.cli.listing import listed

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import ckptfs
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, read_content
+from ckptfs.fuse import bindings as libfuse
 from ckptfs.reading.extents import Extent
 from ckptfs.sources import BytesSource
-from ckptfs.fuse import bindings as libfuse
 
 
 @given(st.lists(st.binary(max_size=40), max_size=6), st.integers(0, 300), st.integers(0, 300),

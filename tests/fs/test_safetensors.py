@@ -16,9 +16,9 @@ import ckptfs
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import LimitExceededError
 from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
 from ckptfs.fs.safetensors import DTYPE_NAMES, SafetensorsFile, key_name
-from ckptfs.fs.nodes import Kind
 from ckptfs.limits import Limits
 
 

@@ -9,9 +9,9 @@ from typing import Iterator
 
 import pytest
 from corpus import CorpusFile
+from mount.helpers import Mounter, require_fuse
 
 from ckptfs.fsspec import CheckpointFileSystem
-from mount.helpers import Mounter, require_fuse
 
 pytestmark = pytest.mark.mount
 

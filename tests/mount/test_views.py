@@ -21,7 +21,6 @@ from corpus import CORPUS_NAMES, CorpusFile, save_zip, torch_bytes
 from torch import nn
 
 from ckptfs.fs.safetensors import key_name
-
 from mount.helpers import tensor_file
 
 pytestmark = pytest.mark.mount
