@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
-from ckptfs.formats.detect import directory_error, open_parsed
+from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
@@ -16,7 +16,7 @@ from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
-from ckptfs.sources import ByteSource, open_source
+from ckptfs.sources import ByteSource, DirectorySource, open_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -117,7 +117,7 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
-        raise directory_error(os.fspath(path))
+        source = DirectorySource(path)
     else:
         source = open_source(path)
     try:

@@ -9,15 +9,14 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from ckptfs.errors import (
-    CkptfsError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, zip_checkpoint
+from ckptfs.formats import dcp, dcp_directory, legacy, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource
+from ckptfs.sources import ByteSource, SourceSet
 
 SNIFF_BYTES = 512
 COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in b"123456789"),
@@ -33,6 +32,9 @@ class Format(NamedTuple):
 
 
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
+    if isinstance(source, SourceSet):
+        return dcp_directory.open_dcp(source, limits)
     head = source.read(0, min(source.size, SNIFF_BYTES))
     if not head:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
@@ -50,13 +52,6 @@ def _open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         if dcp.is_distcp(source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
-
-
-def directory_error(path: str) -> CkptfsError:
-    """What to say when given a directory: a DCP checkpoint's (by a file's content) or any other."""
-    if dcp.holds_metadata(path):
-        return UnsupportedError(dcp.DIRECTORY, path)
-    return NotACheckpointError("a directory, not a checkpoint file", path)
 
 
 FORMATS = (

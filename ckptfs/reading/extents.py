@@ -37,7 +37,10 @@ def stored_extents(tensor: Tensor) -> list[Extent] | None:
     return [Extent(storage.source, start, tensor.nbytes)]
 
 
-def source_ranges(tensor: Tensor) -> list[list[int]] | None:
-    """``[[start, end], …]``: the stored extents as the sidecar shows them."""
+def source_ranges(tensor: Tensor) -> list[list[int]] | list[list[str | int]] | None:
+    """``[[start, end], …]``: the stored extents as the sidecar shows them. A chunked tensor's are
+    ``[[file, start, end], …]``: each chunk's archive in the file that holds it, in chunk order."""
+    if tensor.chunks is not None:
+        return [[c.file, c.start, c.start + c.length] for c in tensor.chunks]
     extents = stored_extents(tensor)
     return None if extents is None else [[e.offset, e.offset + e.length] for e in extents]

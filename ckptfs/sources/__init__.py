@@ -11,10 +11,13 @@ import re
 
 from ckptfs.errors import UnsupportedError
 from ckptfs.sources.base import ByteSource, SourceStat
+from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
+from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "LocalFileSource", "SourceStat", "open_source"]
+__all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "SourceSet", "SourceStat", "WindowSource",
+           "open_source"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
