@@ -62,7 +62,7 @@ def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: Re
     if not covered.all():
         missing = a + int(np.argmin(covered))
         raise CorruptCheckpointError(f"no chunk of tensor {tensor.path!r} holds element {missing} "
-                                     f"(index {list(np.unravel_index(missing, tensor.shape))})")
+                                     f"(index {[int(i) for i in np.unravel_index(missing, tensor.shape)]})")
     return out.tobytes()
 
 
