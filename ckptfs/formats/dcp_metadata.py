@@ -129,7 +129,7 @@ def _item(fqn: str, value: Any) -> TensorItem | None:
     state = _state_of(value, TENSOR_ITEM, f"item {fqn!r}")
     size = _size(state.get("size"), f"size of {fqn!r}")
     if math.prod(size) >= MAX_ELEMENTS:
-        raise _corrupt(f"tensor {fqn!r} declares {short_repr(size)} elements, more than int64 holds")
+        raise _corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
     dtype, requires_grad = _properties(fqn, state.get("properties"))
     chunks = state.get("chunks")
     if not isinstance(chunks, list):
@@ -159,9 +159,11 @@ def _box(fqn: str, size: tuple[int, ...], value: Any) -> Box:
     offsets = _size(state.get("offsets"), f"chunk offsets of {fqn!r}")
     sizes = _size(state.get("sizes"), f"chunk sizes of {fqn!r}")
     if len(offsets) != len(size) or len(sizes) != len(size):
-        raise _corrupt(f"chunk {offsets}+{sizes} of {fqn!r} does not have the {len(size)} dimensions of {size}")
+        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} of {fqn!r} does not have the "
+                       f"{len(size)} dimensions of {list(size)}")
     if any(o + s > d for o, s, d in zip(offsets, sizes, size)):
-        raise _corrupt(f"chunk at {offsets} of size {sizes} lies outside tensor {fqn!r} of size {size}")
+        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} lies outside tensor {fqn!r} "
+                       f"of size {list(size)}")
     return Box(offsets, sizes)
 
 
