@@ -197,4 +197,21 @@ def test_listing_and_info(written: dict[str, tuple[Path, dict[str, Any]]]) -> No
         assert ck.details["chunks"] == 3 + 4 + 3 + 1 and ck.details["files"] == 4
         assert [t.path for t in ck.tensors] == [("model", "wide"), ("model", "cols"), ("model", "cube"),
                                                ("model", "bias")]
-        assert ck.extents(ck.tensor(("model", "wide"))) is None
+        assert ck.extents(ck.tensor(("model", "cols"))) is None  # split on dimension 1
+
+
+def test_row_shards_are_stored_extents_of_their_files(written: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+    """A split along the first dimension is the chunks' data ranges in order: the mount serves them zero-copy."""
+    path, state = written["sim3"]
+    with ckptfs.open(path) as ck:
+        extents = ck.extents(ck.tensor(("model", "wide")))
+        assert extents is not None
+        assert [Path(e.source.name).name for e in extents] == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
+        assert b"".join(e.source.read(e.offset, e.length) for e in extents) == raw_bytes(state["model"]["wide"])
+        assert all(e.source.fileno() is not None for e in extents)
+        assert ck.extents(ck.tensor(("model", "cube"))) is None  # split on dimension 1
+    path, state = written["plain"]
+    with ckptfs.open(path) as ck:
+        assert ck.extents(ck.tensor(("h",))) is None  # a transposed chunk is gathered
+        (extent,) = ck.extents(ck.tensor(("w",))) or []
+        assert extent.source.read(extent.offset, extent.length) == raw_bytes(state["w"])
