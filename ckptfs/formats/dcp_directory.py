@@ -20,7 +20,7 @@ from typing import Any
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError
 from ckptfs.formats import dcp, zip_checkpoint
 from ckptfs.formats.dcp_metadata import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem, parse_metadata
-from ckptfs.formats.dcp_transforms import RecentBlob, decoded_blob
+from ckptfs.formats.dcp_transforms import RecentBlobs, decoded_blob
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model.records import Chunk, Key, Storage, Tensor
@@ -223,7 +223,10 @@ class DcpParsed(ParsedCheckpoint):
     _blobs: dict[int, ParsedCheckpoint] = field(default_factory=dict, kw_only=True)
     """The blob parse each storage came from, by the storage's id (for ``inflate``)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, kw_only=True)
-    _recent: RecentBlob = field(default_factory=RecentBlob, kw_only=True)
+    _recent: RecentBlobs = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._recent = RecentBlobs(self.limits.max_inflated_bytes)
 
     def bytes_item(self, fqn: str, info: StorageInfo) -> Any:
         """The object a bytes item pickles (its tensors' storages recorded among this checkpoint's)."""

@@ -3,16 +3,18 @@
 The frame declares no content size and has no seek table, and a zstd
 decoder's state cannot be copied, so a byte at offset N of the blob costs
 decompressing N bytes from the frame's start. ``ZstdBlobSource`` therefore
-decompresses once to learn the size, keeps the most recent blob of up to
-``max_inflated_bytes`` whole in memory (reads of one chunk come in a row), and
-streams from the start, keeping only the requested bytes, for larger blobs.
-Memory stays bounded by that limit plus one read; time is a full
-decompression per uncached read (README: "Reading DCP directories").
+decompresses once to learn the size, keeps the most recently used blobs
+whole in memory, together at most ``max_inflated_bytes``, and streams from the
+start, keeping only the requested bytes, for a blob larger than that. Memory
+stays bounded by that limit plus one read; time is one decompression of the
+blob up to the read's end per read of a blob not held (README: "DCP
+directories").
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, SourceError, UnsupportedError
@@ -26,24 +28,35 @@ MAX_EXPANSION = 1 << 16
 """A zstd block inflates at most ~1:32768 plus framing; anything beyond this is refused as hostile."""
 
 
-class RecentBlob:
-    """The one decompressed blob a checkpoint keeps in memory: the most recently read one."""
+class RecentBlobs:
+    """The decompressed blobs a checkpoint keeps in memory, the most recently used, together at most ``budget``
+    bytes (a window of a tensor split along a later dimension reads from every chunk)."""
 
-    def __init__(self) -> None:
-        self._owner: object | None = None
-        self._data = b""
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._blobs: OrderedDict[int, tuple[object, bytes]] = OrderedDict()
+        self._size = 0
         self._lock = threading.Lock()
 
     def get(self, owner: object) -> bytes | None:
         with self._lock:
-            return self._data if self._owner is owner else None
+            held = self._blobs.get(id(owner))
+            if held is None or held[0] is not owner:
+                return None
+            self._blobs.move_to_end(id(owner))
+            return held[1]
 
     def put(self, owner: object, data: bytes) -> None:
         with self._lock:
-            self._owner, self._data = owner, data
+            old = self._blobs.pop(id(owner), None)
+            self._size -= len(old[1]) if old is not None else 0
+            while self._blobs and self._size + len(data) > self.budget:
+                self._size -= len(self._blobs.popitem(last=False)[1][1])
+            self._blobs[id(owner)] = (owner, data)
+            self._size += len(data)
 
 
-def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, recent: RecentBlob) -> ByteSource:
+def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, recent: RecentBlobs) -> ByteSource:
     """The item's blob with its encodings undone (only the ZStandard extension is known)."""
     if transforms != (ZSTD,):
         raise UnsupportedError(f"item encoded as {list(transforms)}; ckptfs reads only [{ZSTD!r}]")
@@ -62,7 +75,7 @@ def _zstandard() -> Any:
 class ZstdBlobSource:
     """A zstd frame's decompressed bytes as a source, decompressed on demand (see the module docstring)."""
 
-    def __init__(self, frame: ByteSource, limits: Limits, recent: RecentBlob) -> None:
+    def __init__(self, frame: ByteSource, limits: Limits, recent: RecentBlobs) -> None:
         self.frame = frame
         self.name = f"{frame.name} (zstd)"
         self.limits = limits

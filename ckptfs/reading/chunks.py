@@ -44,7 +44,8 @@ def read_chunked(reader: StorageReader, tensor: Tensor, offset: int, end: int,
 
 def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: ReadPart) -> bytes:
     es = tensor.itemsize
-    out = np.zeros((b - a, es), dtype=np.uint8)
+    element = np.dtype(f"V{es}")
+    out = np.zeros(b - a, dtype=element)
     covered = np.zeros(b - a, dtype=bool)
     strides = _c_strides(tensor.shape)
     for chunk in tensor.chunks or ():
@@ -52,8 +53,12 @@ def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: Re
         if hi <= lo:
             continue
         inner = reader.parsed.chunk_tensor(chunk, tensor.dtype.name)
-        data = np.frombuffer(read_part(reader, inner, lo * es, (hi - lo) * es), dtype=np.uint8).reshape(-1, es)
-        places = global_positions(chunk, strides, lo, hi) - a
+        data = np.frombuffer(read_part(reader, inner, lo * es, (hi - lo) * es), dtype=element)
+        places = global_positions(chunk, tensor.shape, strides, lo, hi)
+        if isinstance(places, int):
+            places = slice(places - a, places - a + hi - lo)
+        else:
+            places -= a
         if covered[places].any():
             raise CorruptCheckpointError(f"chunks of tensor {tensor.path!r} overlap (the one at "
                                          f"{list(chunk.offsets)} in {chunk.file!r})")
@@ -68,6 +73,12 @@ def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: Re
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def _run_dims(chunk: Chunk, shape: tuple[int, ...]) -> int:
+    """How many leading dimensions index the chunk's runs: the box is whole along every later one but the first."""
+    partial = [i for i, (size, whole) in enumerate(zip(chunk.sizes, shape)) if size != whole]
+    return partial[-1] if partial else 0
 
 
 def elements_before(chunk: Chunk, shape: tuple[int, ...], position: int) -> int:
@@ -87,12 +98,31 @@ def elements_before(chunk: Chunk, shape: tuple[int, ...], position: int) -> int:
     return count
 
 
-def global_positions(chunk: Chunk, strides: tuple[int, ...], lo: int, hi: int) -> np.ndarray:
-    """Positions in the whole tensor's C order of the chunk's elements ``[lo, hi)`` (in the chunk's C order)."""
-    local = np.arange(lo, hi, dtype=np.int64)
-    if not chunk.sizes:
-        return local
-    positions = np.zeros(hi - lo, dtype=np.int64)
-    for index, start, stride in zip(np.unravel_index(local, chunk.sizes), chunk.offsets, strides):
-        positions += (index + start) * stride
-    return positions
+def global_positions(chunk: Chunk, shape: tuple[int, ...], strides: tuple[int, ...], lo: int,
+                     hi: int) -> np.ndarray | int:
+    """Positions in the whole tensor's C order of the chunk's elements ``[lo, hi)`` (in the chunk's C order); an
+    int, the first, when they are consecutive.
+
+    The chunk is a grid of runs, each consecutive in the whole tensor: the run length is the product of its
+    sizes from its last partial dimension on."""
+    dims = _run_dims(chunk, shape)
+    run = math.prod(chunk.sizes[dims:])
+    first_run, last_run = lo // run, (hi - 1) // run
+    origin = sum(o * s for o, s in zip(chunk.offsets, strides))
+    if first_run == last_run or dims == 0:
+        return origin + _run_start(chunk, strides, dims, first_run) + lo - first_run * run
+    runs = np.arange(first_run, last_run + 1, dtype=np.int64)
+    starts = np.full(runs.size, origin, dtype=np.int64)
+    for index, stride in zip(np.unravel_index(runs, chunk.sizes[:dims]), strides[:dims]):
+        starts += index * stride
+    positions = np.add.outer(starts, np.arange(run, dtype=np.int64)).reshape(-1)
+    return positions[lo - first_run * run : hi - first_run * run]
+
+
+def _run_start(chunk: Chunk, strides: tuple[int, ...], dims: int, run: int) -> int:
+    """Offset from the chunk's origin, in the whole tensor, of the start of run number ``run``."""
+    offset = 0
+    for size, stride in zip(reversed(chunk.sizes[:dims]), reversed(strides[:dims])):
+        run, index = divmod(run, size)
+        offset += index * stride
+    return offset
