@@ -29,6 +29,8 @@ from ckptfs.sources import ByteSource, SourceSet, WindowSource
 GLOBAL_METADATA = ".metadata"
 _RANK_METADATA = re.compile(r"__(\d+)\.metadata")
 FORMAT = "dcp"
+OVERLAP_CHECKED_CHUNKS = 256
+"""Tensors of up to this many chunks are checked pairwise for overlaps on opening (the rest when read)."""
 
 
 def metadata_files(directory: SourceSet) -> list[str]:
@@ -39,8 +41,7 @@ def metadata_files(directory: SourceSet) -> list[str]:
     for name in names:
         if not name.endswith(".metadata") and found:
             break
-        source = directory.open(name)
-        if dcp.is_metadata_head(source.read(0, min(source.size, dcp.HEAD_BYTES))):
+        if dcp.is_metadata_head(directory.head(name, dcp.HEAD_BYTES)):
             if name == GLOBAL_METADATA:
                 return [name]
             found.append(name)
@@ -73,7 +74,7 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
             chunks += len(value.chunks)
         builder.insert(path, value)
     parsed.root = builder.root
-    parsed.details.update(tensors=tensors, chunks=chunks)
+    parsed.details.update(chunked_tensors=tensors, chunks=chunks)
     return parsed
 
 
@@ -143,7 +144,7 @@ def _info(metadata: DcpMetadata, directory: SourceSet, key: ItemKey) -> StorageI
 def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory: SourceSet) -> Tensor:
     numel = math.prod(item.size)
     covered = sum(math.prod(box.sizes) for box in item.chunks)
-    if covered != numel or (numel and not item.chunks):
+    if covered != numel:
         raise CorruptCheckpointError(f"the chunks of tensor {fqn!r} hold {covered} elements, its size "
                                      f"{list(item.size)} has {numel}")
     chunks = [_chunk(box, _info(metadata, directory, (fqn, box.offsets))) for box in item.chunks]
@@ -151,10 +152,6 @@ def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory
         _check_disjoint(fqn, item.chunks)
     stride = tuple(math.prod(item.size[i + 1:]) for i in range(len(item.size)))
     return Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=chunks)
-
-
-OVERLAP_CHECKED_CHUNKS = 256
-"""Tensors of up to this many chunks are checked pairwise for overlaps on opening (the rest when read)."""
 
 
 def _check_disjoint(fqn: str, boxes: list[Box]) -> None:

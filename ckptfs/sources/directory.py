@@ -37,6 +37,10 @@ class SourceSet(Protocol):
         """The member's source, opened once and kept; SourceError if there is no such member."""
         ...
 
+    def head(self, member: str, length: int) -> bytes:
+        """Up to ``length`` first bytes of the member, which is not kept open (b"" if it cannot be read)."""
+        ...
+
 
 class DirectorySource:
     """A local directory's regular files (not its subdirectories), opened lazily with ``LocalFileSource``.
@@ -78,6 +82,21 @@ class DirectorySource:
                     raise SourceError(f"file {member!r} changed size while being opened", self.name)
                 self._open[member] = source
         return source
+
+    def head(self, member: str, length: int) -> bytes:
+        opened = self._open.get(member)
+        if opened is not None:
+            return opened.read(0, min(length, opened.size))
+        try:
+            source = LocalFileSource(os.path.join(self.name, member))
+        except SourceError:
+            return b""
+        try:
+            return source.read(0, min(length, source.size))
+        except SourceError:
+            return b""
+        finally:
+            source.close()
 
     def read(self, offset: int, length: int) -> bytes:
         raise SourceError("a directory has no bytes of its own: read its files", self.name)

@@ -169,7 +169,8 @@ def test_every_byte_range_of_a_sharded_tensor(written: dict[str, tuple[Path, dic
 def test_sidecar_names_the_chunks(written: dict[str, tuple[Path, dict[str, Any]]]) -> None:
     path, _ = written["sim3"]
     reader = dcp.FileSystemReader(path)
-    storage = {(index.fqn, tuple(index.offset or ())): info for index, info in reader.read_metadata().storage_data.items()}
+    storage = {(index.fqn, tuple(index.offset or ())): info
+               for index, info in reader.read_metadata().storage_data.items()}
     with ckptfs.open(path) as ck:
         meta = json.loads(json.dumps(tensor_metadata(ck.tensor(("model", "cols")))))
     assert [c["offsets"] for c in meta["chunks"]] == [[0, 0], [0, 9], [0, 3], [0, 6]]  # the writer's order

@@ -100,7 +100,8 @@ CASES: dict[str, tuple[Mutation | None, type[CkptfsError], str, bool]] = {
     "file_missing": (_delete_file, CorruptCheckpointError,
                      r"stored in '__1_0.distcp', which is not in the directory", True),
     "range_past_end": (_length_past_end, CorruptCheckpointError,
-                       r"'model.wide' at \[3, 0\] is stored at \[0, 1099511629417\) of '__1_0.distcp', which has", True),
+                       r"'model.wide' at \[3, 0\] is stored at \[0, 1099511629417\) of '__1_0.distcp', "
+                       r"which has", True),
     "huge_size": (_huge, CorruptCheckpointError, r"tensor 'model.wide' of size \[1099511627776, 1099511627776\] "
                   r"has more elements than int64 holds", True),
     "huge_covered": (_huge_covered, CorruptCheckpointError,
@@ -183,3 +184,39 @@ def test_a_directory_of_other_files_is_not_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "x.metadata").write_bytes(pickle.dumps({"a": 1}))
     with pytest.raises(CkptfsError, match=re.escape(f"{tmp_path}: a directory, not a checkpoint file")):
         ckptfs.open(tmp_path)
+
+
+@pytest.mark.parametrize("target", [".metadata", "__1_0.distcp"])
+def test_mutations_fail_cleanly(target: str, base: Path, tmp_path: Path, env: Env) -> None:
+    """Byte flips, cuts and splices of the metadata pickle and of a chunk file: each opens and reads (the ends of
+    every tensor, the whole description) or fails with a CkptfsError naming the directory."""
+    import random
+
+    from hostile.checks import exercise
+
+    path = tmp_path / "mutant"
+    shutil.copytree(base, path)
+    original = (base / target).read_bytes()
+    rng = random.Random(target)
+    outcomes = {"opened": 0, "failed": 0}
+    for _ in range(250):
+        data = bytearray(original)
+        kind = rng.randrange(3)
+        if kind == 0:
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        elif kind == 1:
+            del data[rng.randrange(len(data)):]
+        else:
+            at = rng.randrange(len(data))
+            data[at:at] = data[rng.randrange(len(data)):][: rng.randint(1, 64)]
+        (path / target).write_bytes(bytes(data))
+        try:
+            with ckptfs.open(path) as ck:
+                exercise(ck)
+                outcomes["opened"] += 1
+        except CkptfsError as exc:
+            assert exc.path == str(path), exc
+            outcomes["failed"] += 1
+    assert not env.canary.exists()
+    assert outcomes["opened"] and outcomes["failed"], outcomes
