@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError
+from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats import dcp, zip_checkpoint
 from ckptfs.formats.dcp_metadata import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem, parse_metadata
 from ckptfs.formats.dcp_transforms import RecentBlobs, decoded_blob
@@ -255,6 +255,10 @@ class DcpParsed(ParsedCheckpoint):
         blob: ByteSource = WindowSource(file, start, length, f"{name}[{start}:{start + length}]")
         if transforms:
             blob = decoded_blob(blob, transforms, self.limits, self._recent)
+        head = blob.read(0, min(blob.size, 9))
+        if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < blob.size + (1 << 30):
+            raise UnsupportedError(f"{what} is stored in safetensors form in {name!r} (saved with "
+                                   "serialization_format=SAFETENSORS), which ckptfs does not read")
         try:
             parsed = zip_checkpoint.open_zip(blob, self.limits)
         except NotACheckpointError as exc:

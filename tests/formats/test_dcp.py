@@ -216,3 +216,28 @@ def test_row_shards_are_stored_extents_of_their_files(written: dict[str, tuple[P
         assert ck.extents(ck.tensor(("h",))) is None  # a transposed chunk is gathered
         (extent,) = ck.extents(ck.tensor(("w",))) or []
         assert extent.source.read(extent.offset, extent.length) == raw_bytes(state["w"])
+
+
+def test_safetensors_serialization_is_named(tmp_path: Path) -> None:
+    """``serialization_format=SAFETENSORS`` stores a tensor as a range of one safetensors file (written here by
+    hand, as torch needs the safetensors package for it; torch 2.13's own reader cannot load such a directory):
+    values open, the tensor fails to read saying why."""
+    import dataclasses
+    import pickle
+    import struct
+
+    from ckptfs.errors import UnsupportedError
+
+    save({"w": torch.arange(4.0), "step": 3}, tmp_path / "st")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    data = struct.pack("<Q", len(header)) + header + raw_bytes(torch.arange(4.0))
+    (tmp_path / "st" / "__0_1.distcp").write_bytes(data)
+    md = pickle.loads((tmp_path / "st" / ".metadata").read_bytes())
+    key = next(k for k in md.storage_data if k.fqn == "w")
+    md.storage_data[key] = dataclasses.replace(md.storage_data[key], relative_path="__0_1.distcp", offset=0, length=16)
+    (tmp_path / "st" / ".metadata").write_bytes(pickle.dumps(md))
+    with ckptfs.open(tmp_path / "st") as ck:
+        assert ck.root["step"] == 3
+        with pytest.raises(UnsupportedError, match=r"^.*: the chunk at \[0\] is stored in safetensors form in "
+                                                   r"'__0_1.distcp' \(saved with serialization_format=SAFETENSORS\)"):
+            ck.read(ck.tensor(("w",)))
