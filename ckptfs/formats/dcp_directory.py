@@ -218,7 +218,7 @@ class DcpParsed(ParsedCheckpoint):
     directory: SourceSet = field(kw_only=True)
     limits: Limits = field(kw_only=True)
     _blobs: dict[int, ParsedCheckpoint] = field(default_factory=dict, kw_only=True)
-    """The blob parse each storage came from, by the storage's id (for ``inflate``)."""
+    """The blob parse a compressed storage came from, by the storage's id (for ``inflate``)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, kw_only=True)
     _recent: RecentBlobs = field(init=False)
 
@@ -261,6 +261,8 @@ class DcpParsed(ParsedCheckpoint):
                                    "serialization_format=SAFETENSORS), which ckptfs does not read")
         try:
             parsed = zip_checkpoint.open_zip(blob, self.limits)
+            for storage in parsed.storages:
+                parsed.verify(storage)  # now: the parse is not kept (its archive holds up to 128 KiB of tail)
         except NotACheckpointError as exc:
             raise CorruptCheckpointError(f"{what} in {name!r} at [{start}, {start + length}) is not a torch.save "
                                          f"archive ({exc.reason})") from None
@@ -270,13 +272,9 @@ class DcpParsed(ParsedCheckpoint):
             if storage.source is blob and isinstance(blob, WindowSource):
                 storage.source = file
                 storage.offset += start
-            self._blobs[id(storage)] = parsed
+            if storage.compressed:
+                self._blobs[id(storage)] = parsed
         return parsed.root, parsed.storages
-
-    def verify(self, storage: Storage) -> None:
-        blob = self._blobs.get(id(storage))
-        if blob is not None:
-            blob.verify(storage)
 
     def inflate(self, storage: Storage) -> bytes:
         blob = self._blobs.get(id(storage))
