@@ -23,6 +23,7 @@ from ckptfs.formats.dcp_metadata import Box, DcpMetadata, ItemKey, StorageInfo, 
 from ckptfs.formats.dcp_transforms import RecentBlobs, decoded_blob
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
+from ckptfs.model.dtypes import dtype_by_name
 from ckptfs.model.records import Chunk, Key, Storage, Tensor
 from ckptfs.sources import ByteSource, SourceSet, WindowSource
 
@@ -228,7 +229,7 @@ class DcpParsed(ParsedCheckpoint):
     def bytes_item(self, fqn: str, info: StorageInfo) -> Any:
         """The object a bytes item pickles (its tensors' storages recorded among this checkpoint's)."""
         root, storages = self._parse_blob(info.relative_path, info.offset, info.length, info.transforms,
-                                          f"item {fqn!r}")
+                                          f"item {fqn!r}", None)
         self.storages.extend(storages)
         return root
 
@@ -238,7 +239,8 @@ class DcpParsed(ParsedCheckpoint):
         with self._lock:
             if chunk.tensor is None:
                 where = f"the chunk at {list(chunk.offsets)}"
-                root, _ = self._parse_blob(chunk.file, chunk.start, chunk.length, chunk.transforms, where)
+                data_bytes = chunk.numel * self._itemsize(dtype_name)
+                root, _ = self._parse_blob(chunk.file, chunk.start, chunk.length, chunk.transforms, where, data_bytes)
                 if not isinstance(root, Tensor) or not root.has_data or root.storage is None:
                     raise CorruptCheckpointError(f"{where} in {chunk.file!r} holds a {type(root).__name__}, "
                                                  "not a tensor")
@@ -249,17 +251,23 @@ class DcpParsed(ParsedCheckpoint):
                 chunk.tensor = root
         return chunk.tensor
 
-    def _parse_blob(self, name: str, start: int, length: int, transforms: tuple[str, ...],
-                    what: str) -> tuple[Any, list[Storage]]:
+    @staticmethod
+    def _itemsize(dtype_name: str) -> int:
+        dtype = dtype_by_name(dtype_name)
+        assert dtype is not None
+        return dtype.itemsize
+
+    def _parse_blob(self, name: str, start: int, length: int, transforms: tuple[str, ...], what: str,
+                    data_bytes: int | None) -> tuple[Any, list[Storage]]:
         file = self.directory.open(name)
         blob: ByteSource = WindowSource(file, start, length, f"{name}[{start}:{start + length}]")
-        if transforms:
-            blob = decoded_blob(blob, transforms, self.limits, self._recent)
-        head = blob.read(0, min(blob.size, 9))
-        if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < blob.size + (1 << 30):
-            raise UnsupportedError(f"{what} is stored in safetensors form in {name!r} (saved with "
-                                   "serialization_format=SAFETENSORS), which ckptfs does not read")
         try:
+            if transforms:
+                blob = decoded_blob(blob, transforms, self.limits, self._recent, data_bytes)
+            head = blob.read(0, min(blob.size, 9))
+            if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < blob.size + (1 << 30):
+                raise UnsupportedError(f"{what} is stored in safetensors form in {name!r} (saved with "
+                                       "serialization_format=SAFETENSORS), which ckptfs does not read")
             parsed = zip_checkpoint.open_zip(blob, self.limits)
             for storage in parsed.storages:
                 parsed.verify(storage)  # now: the parse is not kept (its archive holds up to 128 KiB of tail)

@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ckptfs.errors import CorruptCheckpointError, LimitExceededError, SourceError, UnsupportedError
+from ckptfs.errors import CorruptCheckpointError, SourceError, UnsupportedError
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource, SourceStat
 
@@ -26,6 +26,8 @@ STREAM_READ = 1 << 20
 """Compressed bytes fed to the decoder at a time."""
 MAX_EXPANSION = 1 << 16
 """A zstd block inflates at most ~1:32768 plus framing; anything beyond this is refused as hostile."""
+ARCHIVE_OVERHEAD = 1 << 20
+"""Bytes a chunk's torch.save archive may hold besides the chunk's data (records, pickle, padding)."""
 
 
 class RecentBlobs:
@@ -56,11 +58,16 @@ class RecentBlobs:
             self._size += len(data)
 
 
-def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, recent: RecentBlobs) -> ByteSource:
-    """The item's blob with its encodings undone (only the ZStandard extension is known)."""
+def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, recent: RecentBlobs,
+                 data_bytes: int | None) -> ByteSource:
+    """The item's blob with its encodings undone (only the ZStandard extension is known). ``data_bytes``: the
+    size of the tensor data it holds, when known (a chunk), which bounds its decompressed size."""
     if transforms != (ZSTD,):
         raise UnsupportedError(f"item encoded as {list(transforms)}; ckptfs reads only [{ZSTD!r}]")
-    return ZstdBlobSource(blob, limits, recent)
+    ceiling = max(blob.size, 1) * MAX_EXPANSION
+    if data_bytes is not None:
+        ceiling = min(ceiling, data_bytes + ARCHIVE_OVERHEAD)
+    return ZstdBlobSource(blob, limits, recent, ceiling)
 
 
 def _zstandard() -> Any:
@@ -75,33 +82,35 @@ def _zstandard() -> Any:
 class ZstdBlobSource:
     """A zstd frame's decompressed bytes as a source, decompressed on demand (see the module docstring)."""
 
-    def __init__(self, frame: ByteSource, limits: Limits, recent: RecentBlobs) -> None:
+    def __init__(self, frame: ByteSource, limits: Limits, recent: RecentBlobs, ceiling: int) -> None:
         self.frame = frame
         self.name = f"{frame.name} (zstd)"
         self.limits = limits
         self._zstd = _zstandard()
         self._recent = recent
+        self.ceiling = ceiling
+        """Most bytes the frame may decompress to; more is refused as hostile."""
         if frame.size < 4 or frame.read(0, 4) != b"\x28\xb5\x2f\xfd":
-            raise CorruptCheckpointError(f"{frame.name} is marked {ZSTD} but is no zstd frame")
+            raise CorruptCheckpointError(f"marked {ZSTD} but not a zstd frame")
         self.size = self._scan()
 
     def _chunks(self) -> Any:
         """Decompressed pieces of the frame, from its start."""
         decoder = self._zstd.ZstdDecompressor().decompressobj()
         produced = 0
-        ceiling = max(self.frame.size, 1) * MAX_EXPANSION
         try:
             for position in range(0, self.frame.size, STREAM_READ):
                 piece = decoder.decompress(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
                 produced += len(piece)
-                if produced > ceiling:
-                    raise LimitExceededError(f"{self.frame.name}: zstd frame expands more than {MAX_EXPANSION}×")
+                if produced > self.ceiling:
+                    raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} bytes, "
+                                                 "more than its item can hold")
                 if piece:
                     yield piece
         except self._zstd.ZstdError as exc:
-            raise CorruptCheckpointError(f"{self.frame.name}: zstd frame is corrupt ({exc})") from None
+            raise CorruptCheckpointError(f"zstd frame is corrupt ({exc})") from None
         if not decoder.eof:
-            raise CorruptCheckpointError(f"{self.frame.name}: zstd frame is truncated")
+            raise CorruptCheckpointError("zstd frame is truncated")
 
     def _scan(self) -> int:
         """The decompressed size; the bytes kept as the recent blob when within ``max_inflated_bytes``."""

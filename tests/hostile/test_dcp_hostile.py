@@ -54,6 +54,17 @@ def _length_past_end(_: Path, md: Metadata) -> None:
     md.storage_data[key] = dataclasses.replace(md.storage_data[key], length=md.storage_data[key].length + (1 << 40))
 
 
+def _zstd_bomb(directory: Path, md: Metadata) -> None:
+    """A chunk of 72 bytes whose zstd frame, of a few kilobytes, decompresses to 256 MiB."""
+    import zstandard
+
+    (directory / "bomb.distcp").write_bytes(zstandard.ZstdCompressor().compress(bytes(256 << 20)))
+    key = _storage_key(md, "model.wide", (3, 0))
+    md.storage_data[key] = dataclasses.replace(md.storage_data[key], relative_path="bomb.distcp", offset=0,
+                                               length=(directory / "bomb.distcp").stat().st_size,
+                                               transform_descriptors=["stream.zstd/1"])
+
+
 def _huge(_: Path, md: Metadata) -> None:
     item = md.state_dict_metadata["model.wide"]
     md.state_dict_metadata["model.wide"] = dataclasses.replace(item, size=torch.Size([1 << 40, 1 << 40]))
@@ -115,6 +126,9 @@ CASES: dict[str, tuple[Mutation | None, type[CkptfsError], str, bool]] = {
                      r"the chunk at \[3, 0\] in .__1_0.distcp. at \[1, 1641\) is not a torch.save archive|"
                      r"the chunk at \[3, 0\] in .__1_0.distcp. at \[1, 1641\): ", False),
     "wrong_dtype": (_dtype, CorruptCheckpointError, r"holds a float32 tensor of size \[3, 6\], not float64", False),
+    "zstd_bomb": (_zstd_bomb, CorruptCheckpointError,
+                  r"the chunk at \[3, 0\] in 'bomb.distcp' at \[0, \d+\): zstd frame decompresses to more than "
+                  r"1048648 bytes, more than its item can hold", False),
     "unknown_transform": (_storage("model.wide", (0, 0), transform_descriptors=["stream.gzip/1"]), UnsupportedError,
                           r"item encoded as \['stream.gzip/1'\]; ckptfs reads only \['stream.zstd/1'\]", False),
     "planner_twice": (_planner("step", ("model", "wide")), CorruptCheckpointError,
