@@ -19,6 +19,8 @@ from ckptfs.sources.local import LocalFileSource
 
 MAX_MEMBERS = 1_000_000
 """Regular files of a directory listed; a larger directory is refused rather than listed without bound."""
+SPARE_DESCRIPTORS = 256
+"""File descriptors left for everything else (the FUSE device, logs, libraries) when every member is open."""
 
 
 @runtime_checkable
@@ -61,6 +63,7 @@ class DirectorySource:
         self._stat = SourceStat.of(st)
         self._members = _list_members(self.name)
         self.size = sum(self._members.values())
+        _allow_descriptors(len(self._members) + SPARE_DESCRIPTORS)
         self._open: dict[str, LocalFileSource] = {}
         self._lock = threading.Lock()
 
@@ -116,6 +119,22 @@ class DirectorySource:
             opened, self._open = self._open, {}
         for source in opened.values():
             source.close()
+
+
+def _allow_descriptors(count: int) -> None:
+    """Raises the soft limit on open files towards ``count`` (at most to the hard limit): every member read stays
+    open (its descriptor serves zero-copy reads), and a checkpoint of thousands of ranks has thousands of files."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = count if hard == resource.RLIM_INFINITY else min(count, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _list_members(path: str) -> dict[str, int]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,23 @@ def test_window() -> None:
         window.read(3, 2)
     with pytest.raises(SourceError, match=r"range \[8, 12\) is outside the file \(10 bytes\)"):
         WindowSource(base, 8, 4)
+
+
+def test_every_member_can_stay_open_under_a_low_descriptor_limit(tmp_path: Path) -> None:
+    """A directory of more files than the soft limit on open files allows: opening it raises the limit (within
+    the hard one), so reading every member keeps working."""
+    for n in range(300):
+        (tmp_path / f"__{n}_0.distcp").write_bytes(b"x" * n)
+    script = f"""
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+from ckptfs.sources import DirectorySource
+directory = DirectorySource({str(tmp_path)!r})
+assert all(directory.open(name).size == int(name[2:].split("_")[0]) for name in directory.names())
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert int(result.stdout) == (300 + 256 if hard == resource.RLIM_INFINITY else min(300 + 256, hard))
