@@ -23,8 +23,12 @@ def _free_port() -> int:
 
 def test_two_ranks_over_gloo(tmp_path: Path) -> None:
     out = tmp_path / "gloo2"
-    subprocess.run([sys.executable, str(JOB), str(out), str(_free_port())], check=True, timeout=600,
-                   capture_output=True)
+    for _ in range(3):  # the port may be taken between its choice and the job's bind, on a busy machine
+        job = subprocess.run([sys.executable, str(JOB), str(out), str(_free_port())], timeout=600,
+                             capture_output=True, text=True)
+        if job.returncode == 0:
+            break
+    assert job.returncode == 0, job.stderr[-4000:]
     assert sorted(p.name for p in out.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     theirs = torch_view(out, tmp_path / "torch.pt")
     with ckptfs.open(out) as ck:
