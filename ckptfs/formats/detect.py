@@ -13,17 +13,16 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from ckptfs.errors import (
-    CkptfsError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, legacy_tar, pt2, zip_checkpoint
+from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource
+from ckptfs.sources import ByteSource, SourceSet
 
 HEAD_BYTES = legacy.FIRST_WINDOW
 """The head read when the tail holds no zip end record: the legacy reader's first window of its pickles."""
@@ -40,6 +39,9 @@ class Format(NamedTuple):
 
 
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
+    if isinstance(source, SourceSet):
+        return dcp_directory.open_dcp(source, limits)
     if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
     opening = Prefetch(source)
@@ -68,13 +70,6 @@ def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
         if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
-
-
-def directory_error(path: str) -> CkptfsError:
-    """What to say when given a directory: a DCP checkpoint's (by a file's content) or any other."""
-    if dcp.holds_metadata(path):
-        return UnsupportedError(dcp.DIRECTORY, path)
-    return NotACheckpointError("a directory, not a checkpoint file", path)
 
 
 FORMATS = (

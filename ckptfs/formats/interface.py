@@ -8,7 +8,7 @@ from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DType
-from ckptfs.model.records import Storage
+from ckptfs.model.records import Chunk, Storage, Tensor
 from ckptfs.pickle.values import Global, short_repr
 
 
@@ -35,6 +35,10 @@ class ParsedCheckpoint:
     def read_inflated(self, storage: Storage, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset`` of a compressed storage's decompressed record."""
         raise CorruptCheckpointError(f"storage {storage.key!r} is marked compressed in a {self.format} checkpoint")
+
+    def chunk_tensor(self, chunk: Chunk, dtype_name: str) -> Tensor:
+        """The tensor a chunk of a chunked tensor stores (its blob parsed once), checked to be ``dtype_name``."""
+        raise CorruptCheckpointError(f"a chunked tensor in a {self.format} checkpoint")
 
 
 def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str, int, Any]:

@@ -18,7 +18,7 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.npy import npy_dtype
 from ckptfs.model.encoding import encode_key, encode_leaf, has_surrogates
 from ckptfs.model.jsontext import dumps, scalar_text
-from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor, Trail
+from ckptfs.model.records import Chunk, NestedTensor, SparseTensor, Storage, Tensor, Trail
 from ckptfs.model.trails import key_lists
 from ckptfs.model.tree import children, is_container
 from ckptfs.pickle.values import PickledObject
@@ -89,6 +89,18 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
             "written": storage.written,
         }
         meta["source_ranges"] = source_ranges(tensor)
+    if tensor.chunks is not None:
+        meta["chunks"] = [_chunk_metadata(chunk) for chunk in tensor.chunks]
+        meta["source_ranges"] = source_ranges(tensor)
+    return meta
+
+
+def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
+    """A chunk of a chunked tensor: its box in the tensor, and the torch.save archive in a file holding it."""
+    meta: dict[str, Any] = {"offsets": list(chunk.offsets), "sizes": list(chunk.sizes), "file": chunk.file,
+                            "range": [chunk.start, chunk.start + chunk.length]}
+    if chunk.transforms:
+        meta["transforms"] = list(chunk.transforms)
     return meta
 
 

@@ -27,7 +27,7 @@ class StorageReader:
         self.verify(storage)
         if storage.compressed:
             return self.parsed.read_inflated(storage, offset, length)
-        return self.source.read(storage.offset + offset, length)
+        return (storage.source or self.source).read(storage.offset + offset, length)
 
     def verify(self, storage: Storage) -> None:
         """The format's framing check of ``storage``, the first time it is asked for."""

@@ -11,10 +11,13 @@ import re
 
 from ckptfs.errors import UnsupportedError
 from ckptfs.sources.base import ByteSource, SourceStat, tail_hint
+from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
+from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "LocalFileSource", "SourceStat", "open_source", "tail_hint"]
+__all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "SourceSet", "SourceStat", "WindowSource",
+           "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -320,7 +320,7 @@ def test_sidecar_families_know_every_field() -> None:
     """SidecarMaker groups tensors by what their metadata holds: a new field must be placed in or out."""
     assert [f.name for f in dataclasses.fields(Tensor)] == [
         "dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind",
-        "conj", "neg", "quantization", "type_name", "trail"]
+        "conj", "neg", "quantization", "type_name", "trail", "chunks"]
     assert [f.name for f in dataclasses.fields(Storage)] == [
         "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed", "written",
         "inline_data", "base", "base_offset", "source"]
