@@ -35,8 +35,8 @@ def test_quantized_scales_and_zero_points_read_with_cat(tmp_path: Path, mounter:
     expected = torch.load(path)["layer"]["w"]
     mnt = mounter(path)
     layer = mnt / "layer"
-    assert sorted(os.listdir(layer)) == ["tied", "tied.json", "tied.q_scales", "tied.q_zero_points", "w", "w.json",
-                                         "w.q_scales", "w.q_zero_points"]
+    assert sorted(os.listdir(layer)) == ["model.safetensors", "tied", "tied.json", "tied.npy", "tied.q_scales",
+                                         "tied.q_zero_points", "w", "w.json", "w.npy", "w.q_scales", "w.q_zero_points"]
     assert _cat(layer / "w") == torch_bytes(expected)
     assert _cat(layer / "w.q_scales") == torch_bytes(expected.q_per_channel_scales())
     assert _cat(layer / "tied.q_zero_points") == torch_bytes(expected.q_per_channel_zero_points())

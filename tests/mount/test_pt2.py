@@ -18,7 +18,7 @@ def test_weights_read_with_cat_and_numpy(tmp_path: Path, mounter: Mounter) -> No
     path = save(exported(), tmp_path / "model.pt2")
     ep = load(path)
     mnt = mounter(path)
-    assert sorted(os.listdir(mnt / "model")) == ["constants", "weights"]
+    assert sorted(os.listdir(mnt / "model")) == ["constants", "model.safetensors", "weights"]
     weights = mnt / "model" / "weights"
     for fqn in ("lin.weight", "lin2.weight", "pa", "hb", "b_uint16"):
         cat = subprocess.run(["cat", str(weights / fqn)], capture_output=True, check=True)
