@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from ckptfs.errors import (
+    CkptfsError,
     CorruptCheckpointError,
     NotACheckpointError,
     UnsupportedError,
