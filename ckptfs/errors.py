@@ -54,3 +54,7 @@ class UnsupportedError(CkptfsError):
 
 class MountError(CkptfsError):
     """A mount or unmount failed: bad mount point, FUSE missing, or the daemon did not come up."""
+
+
+class ObjectChangedError(SourceError):
+    """A remote object was replaced while open: its bytes would mix two versions."""

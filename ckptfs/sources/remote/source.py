@@ -1,0 +1,107 @@
+"""``RemoteSource``: an object read by ranged GETs, through a bounded cache with sequential read-ahead.
+
+Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end records and central directory
+are read from them without another request. A read the cache misses fetches from its first missing block to
+where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
+than a quarter of the cache goes straight into its result, uncached.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from ckptfs.errors import SourceError
+from ckptfs.sources.base import SourceStat
+from ckptfs.sources.remote.cache import BLOCK, ExtentCache, ReadAhead
+from ckptfs.sources.remote.ranged_get import RangedGetter
+
+MiB = 1 << 20
+PART = 8 * MiB
+"""Fetches larger than this are split in parts fetched at once (object stores serve ~100 MB/s a stream)."""
+PARALLEL = 8
+
+
+class RemoteSource:
+    def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int) -> None:
+        self._getter = getter
+        self.name = getter.endpoint.name
+        tail = getter.get_tail(tail_size)
+        assert getter.version is not None
+        self.size = getter.version.size
+        self._mtime_ns = getter.version.mtime_ns or 0
+        self._lock = threading.Lock()
+        self._cache = ExtentCache(cache_size)
+        self._cache.put(self.size - len(tail), tail, pinned=True)
+        self._ahead = ReadAhead()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def read(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise SourceError(f"read of {length} bytes at offset {offset} is outside the object "
+                              f"({self.size} bytes)", self.name)
+        end = offset + length
+        with self._lock:
+            data = self._cache.held(offset, end)
+        if data is not None:
+            return data
+        result = bytearray(length)
+        view = memoryview(result)
+        large = length > self._cache.capacity // 4
+        with self._lock:
+            self._cache.copy_into(offset, view)
+            gaps = self._cache.gaps(offset, end)
+            if gaps and not large:
+                fetch_start = gaps[0][0] // BLOCK * BLOCK
+                gaps = self._cache.gaps(fetch_start, self._ahead.fetch_end(gaps[0][0], end, self.size))
+        if not gaps:
+            return bytes(result)
+        if large:
+            for start, stop in gaps:
+                self._fetch_into(start, view[start - offset : stop - offset])
+            return bytes(result)
+        fetched = []
+        for start, stop in gaps:
+            data = bytearray(stop - start)
+            self._fetch_into(start, memoryview(data))
+            fetched.append((start, data))
+            first, last = max(start, offset), min(stop, end)
+            if first < last:
+                view[first - offset : last - offset] = memoryview(data)[first - start : last - start]
+        with self._lock:
+            for start, data in fetched:
+                self._cache.put(start, data)
+        return bytes(result)
+
+    def _fetch_into(self, start: int, view: memoryview) -> None:
+        """One GET, or parts of at most PART bytes fetched at once."""
+        if len(view) <= PART:
+            self._getter.get_into(start, view)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
+        parts = [(start + at, view[at : at + PART]) for at in range(0, len(view), PART)]
+        for future in [self._pool.submit(self._getter.get_into, *part) for part in parts]:
+            future.result()
+
+    def fileno(self) -> int | None:
+        return None
+
+    def stat(self) -> SourceStat:
+        """A read-only regular file of the object's size, modified when the object was (Last-Modified)."""
+        mtime = self._mtime_ns
+        return SourceStat(self.size, stat.S_IFREG | 0o444, os.getuid(), os.getgid(), mtime, mtime, mtime)
+
+    def reopen(self) -> None:
+        """In a forked process: the parent's connections and worker threads are not this process's."""
+        self._getter.reset()
+        self._pool = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._getter.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
