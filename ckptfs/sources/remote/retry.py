@@ -10,6 +10,7 @@ from typing import Callable
 from ckptfs.errors import SourceError
 
 log = logging.getLogger("ckptfs.sources.remote")
+log.addHandler(logging.NullHandler())  # retries go to the daemon's log; a command's own stderr stays one line
 
 
 class TransientError(Exception):
