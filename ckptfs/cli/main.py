@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reading_commands(sub: Any) -> None:
     """``ls`` and ``info``."""
-    ls = sub.add_parser("ls", help="one line per tensor: its file in a mount, dtype, shape, size",
+    ls = sub.add_parser("ls", usage="%(prog)s [options] FILE", help="one line per tensor: its file in a mount, dtype, shape, size",
                         description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
                                     "of FILE shows it (relative to the mount's root), dtype, shape and size.")
     ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
@@ -230,7 +230,7 @@ def _add_reading_commands(sub: Any) -> None:
     add_remote_options(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
                           description="An overview of FILE: total size, parameter count, dtypes, tensors and "
                                       "storages, format. With --json: the summary, every tensor's metadata (as its "
@@ -248,7 +248,7 @@ def _add_reading_commands(sub: Any) -> None:
 def _add_mount_commands(sub: Any) -> None:
     """``mount``, ``umount`` and ``mounts``."""
     mnt = sub.add_parser(
-        "mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
+        "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
                     "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT",
