@@ -17,7 +17,8 @@ FIRST_WINDOW = 256 * KiB
 MAX_WINDOW = 16 * MiB
 """The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
 STREAM_SLACK = 1 * MiB
-"""A read this near where a stream's last fetch ended continues it (the kernel may reorder its read-ahead)."""
+"""A miss this far before where a stream's last fetch ended, or two blocks after, continues the stream (the
+kernel's read-ahead, up to 1 MiB, may come out of order)."""
 MAX_STREAMS = 16
 
 
@@ -107,7 +108,7 @@ class ReadAhead:
         on a block boundary, within the object."""
         window = 0
         for stream_end, stream_window in self._streams.items():
-            if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
+            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * BLOCK:
                 del self._streams[stream_end]
                 window = min(MAX_WINDOW, max(FIRST_WINDOW, stream_window * 2))
                 break

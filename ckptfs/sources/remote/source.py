@@ -82,7 +82,9 @@ class RemoteSource:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
-        parts = [(start + at, view[at : at + PART]) for at in range(0, len(view), PART)]
+        count = -(-len(view) // PART)
+        size = -(-len(view) // count // BLOCK) * BLOCK  # equal parts: none is a small straggler
+        parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
         for future in [self._pool.submit(self._getter.get_into, *part) for part in parts]:
             future.result()
 

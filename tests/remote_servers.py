@@ -1,0 +1,265 @@
+"""Real servers on 127.0.0.1 for the remote-source tests, started and stopped by fixtures.
+
+* ``nginx``: nginx-light serving a directory; its access log (one line a request: method, path, Range, status,
+  body bytes sent, If-Match) counts requests and bytes.
+* ``fault_proxy``: a proxy in front of nginx that answers each request as its script says (a 503, a reset,
+  a short body, a 200 ignoring the range, a slow answer), then forwards faithfully.
+* ``moto_s3``: moto's S3 server (SigV4 requests, versioned buckets, If-Match).
+
+Missing programs fail the tests under CI=true and skip them elsewhere.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import os
+import shutil
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import pytest
+
+LOG_FORMAT = "'$request_method $uri \"$http_range\" $status $body_bytes_sent \"$http_if_match\"'"
+
+
+class Request(NamedTuple):
+    method: str
+    path: str
+    range: str
+    status: int
+    sent: int
+    if_match: str
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is missing (scripts/setup --test installs it)")
+    pytest.skip(f"{what} is missing (scripts/setup --test installs it)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with status {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+class Nginx:
+    def __init__(self, base: Path) -> None:
+        self.root = base / "www"
+        self.root.mkdir()
+        self.log = base / "access.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = base / "nginx.conf"
+        config.write_text(f"""
+master_process off;
+daemon off;
+pid {base}/nginx.pid;
+error_log {base}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    log_format counted {LOG_FORMAT};
+    access_log {self.log} counted;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 100000;
+    client_body_temp_path {base}/tmp;
+    proxy_temp_path {base}/tmp;
+    fastcgi_temp_path {base}/tmp;
+    uwsgi_temp_path {base}/tmp;
+    scgi_temp_path {base}/tmp;
+    server {{
+        listen 127.0.0.1:{self.port};
+        root {self.root};
+    }}
+}}
+""")
+        self.process = subprocess.Popen([self.binary(), "-p", str(base), "-c", str(config), "-e", f"{base}/error.log"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for_port(self.port, self.process)
+
+    @staticmethod
+    def binary() -> str:
+        return shutil.which("nginx") or "/usr/sbin/nginx"
+
+    def requests(self) -> list[Request]:
+        """Every request logged so far."""
+        found = []
+        for line in self.log.read_text().splitlines():
+            method, path, rest = line.split(" ", 2)
+            quoted_range, status, sent, if_match = rest.rsplit(" ", 3)
+            byte_range = "" if quoted_range == '"-"' else quoted_range.strip('"')
+            found.append(Request(method, path, byte_range, int(status), int(sent), if_match.strip('"')))
+        return found
+
+    def since(self, mark: int) -> list[Request]:
+        return self.requests()[mark:]
+
+    def mark(self) -> int:
+        return len(self.requests())
+
+
+def nginx_server(base: Path) -> Iterator[Nginx]:
+    if not os.path.exists(Nginx.binary()):
+        _missing("nginx (apt-get install nginx-light)")
+    server = Nginx(base)
+    try:
+        yield server
+    finally:
+        stop(server.process)
+
+
+class FaultProxy:
+    """Forwards GETs to ``upstream``; ``faults`` (consumed one a request) says what to do instead:
+    ``503``, ``reset`` (close without an answer), ``short`` (half the body, then close), ``ignore-range``
+    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.faults: list[str] = []
+        self.seen: list[tuple[str, str]] = []
+        """(range, fault) of every request."""
+        self.ignored_range_bytes_sent = 0
+        self.slow_seconds = 2.0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                fault = proxy.faults.pop(0) if proxy.faults else ""
+                proxy.seen.append((self.headers.get("Range", ""), fault))
+                if fault == "503":
+                    body = b"<Error><Code>SlowDown</Code></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if fault == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    return
+                if fault == "slow":
+                    time.sleep(proxy.slow_seconds)
+                headers = {k: v for k, v in self.headers.items() if k in ("Range", "If-Match")}
+                if fault == "ignore-range":
+                    headers.pop("Range", None)
+                upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=30)
+                upstream.request("GET", self.path, headers=headers)
+                answer = upstream.getresponse()
+                body = answer.read()
+                upstream.close()
+                self.send_response(answer.status)
+                for name in ("Content-Range", "ETag", "Last-Modified", "Content-Length"):
+                    if answer.getheader(name) is not None:
+                        self.send_header(name, answer.getheader(name))
+                self.end_headers()
+                if fault == "short":
+                    self.wfile.write(body[: len(body) // 2])
+                    self.close_connection = True
+                    return
+                try:
+                    for at in range(0, len(body), 65536):
+                        self.wfile.write(body[at : at + 65536])
+                        if fault == "ignore-range":
+                            proxy.ignored_range_bytes_sent = at + 65536
+                except OSError:
+                    self.close_connection = True
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class MotoS3:
+    """moto's S3 server; ``client`` is a boto3 client of it (dummy credentials)."""
+
+    ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_REGION": "us-east-1"}
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process, timeout=60)
+        import boto3
+
+        self.client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
+                                   aws_access_key_id=self.ENV["AWS_ACCESS_KEY_ID"],
+                                   aws_secret_access_key=self.ENV["AWS_SECRET_ACCESS_KEY"])
+
+
+def moto_server() -> Iterator[MotoS3]:
+    try:
+        import boto3  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError:
+        _missing("moto[server] (pip install -e '.[test]')")
+    server = MotoS3()
+    try:
+        yield server
+    finally:
+        stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
+    base = tmp_path_factory.mktemp("nginx")
+    os.chmod(base, 0o755)
+    yield from nginx_server(base)
+
+
+@pytest.fixture
+def fault_proxy(nginx: Nginx) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(nginx.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    yield from moto_server()
