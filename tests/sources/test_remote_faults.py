@@ -1,0 +1,59 @@
+"""Faults injected by a proxy in front of nginx: transient ones are retried to the right bytes, permanent ones
+are one clean error, and no wrong byte is ever returned."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from remote_servers import FaultProxy, Nginx
+
+from ckptfs.errors import SourceError
+from ckptfs.sources import RemoteOptions, open_source
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def blob(nginx: Nginx) -> bytes:
+    data = os.urandom(24 * MiB)
+    (nginx.root / "blob.bin").write_bytes(data)
+    return data
+
+
+def opened(proxy: FaultProxy, **options: str) -> object:
+    return open_source(f"{proxy.url}/blob.bin", RemoteOptions(storage_options=options))
+
+
+@pytest.mark.parametrize("fault", ["503", "reset", "short", "slow"])
+def test_transient_faults_are_retried_to_the_right_bytes(fault_proxy: FaultProxy, blob: bytes, fault: str) -> None:
+    fault_proxy.slow_seconds = 1.5
+    fault_proxy.faults = [fault, fault]
+    source = opened(fault_proxy, timeout="0.5")  # the opening suffix GET meets both faults
+    assert source.read(5 * MiB, 100_000) == blob[5 * MiB : 5 * MiB + 100_000]
+    fault_proxy.faults = [fault, fault]
+    assert source.read(17 * MiB, 3 * MiB) == blob[17 * MiB : 20 * MiB]
+    assert [f for _, f in fault_proxy.seen].count(fault) == 4
+
+
+def test_exhausted_retries_are_an_error_naming_the_url(fault_proxy: FaultProxy, blob: bytes) -> None:
+    source = opened(fault_proxy, retries="3")
+    fault_proxy.faults = ["503"] * 3
+    with pytest.raises(SourceError, match=rf"^{fault_proxy.url}/blob\.bin: HTTP 503 Service Unavailable \(SlowDown\) "
+                                          r"\(gave up after 3 attempts\)$"):
+        source.read(1 * MiB, 10)
+    assert source.read(1 * MiB, 10) == blob[1 * MiB : 1 * MiB + 10]  # the next read tries again
+
+
+def test_a_server_ignoring_ranges_is_refused_without_downloading_the_object(fault_proxy: FaultProxy,
+                                                                            blob: bytes) -> None:
+    fault_proxy.faults = ["ignore-range"]
+    with pytest.raises(SourceError, match=r"blob\.bin: the server ignores Range requests \(answered 200 with the "
+                                          r"whole object, 25165824 bytes, to bytes=-1048576\)"):
+        opened(fault_proxy)
+    assert fault_proxy.ignored_range_bytes_sent < 8 * MiB  # the connection closed: the kernel's buffers at most
+    source = opened(fault_proxy)
+    fault_proxy.faults = ["ignore-range"]
+    with pytest.raises(SourceError, match=r"the server ignores Range requests"):
+        source.read(0, 10)
+
