@@ -13,6 +13,7 @@ whose body is whole; a 200 (a server ignoring ranges) is refused before its body
 from __future__ import annotations
 
 import email.utils
+import http
 import http.client
 import re
 import socket
@@ -140,10 +141,10 @@ class RangedGetter:
             raise ObjectChangedError("the object was replaced since it was opened (If-Match failed); "
                                      "unmount and mount it again", self.endpoint.name)
         else:
-            detail = _error_detail(response)
+            what = f"HTTP {status} {_phrase(status, response.reason)}{_error_detail(response)}"
             if status in TRANSIENT_STATUS:
-                raise TransientError(f"HTTP {status} {response.reason}{detail}")
-            raise PermanentError(f"HTTP {status} {response.reason}{detail}")
+                raise TransientError(what)
+            raise PermanentError(what)
         self._check_version(response, size)
         count = last - first + 1
         if view is None:
@@ -178,6 +179,14 @@ class RangedGetter:
                 version_id and pinned.version_id and version_id != pinned.version_id):
             raise ObjectChangedError(f"the object was replaced since it was opened (now {size} bytes, ETag {etag}); "
                                      "unmount and mount it again", self.endpoint.name)
+
+
+def _phrase(status: int, reason: str) -> str:
+    """The standard reason phrase (servers spell their own: moto's ``NOT FOUND``)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return reason
 
 
 def _length(response: http.client.HTTPResponse) -> int:
