@@ -97,7 +97,8 @@ class ExtentCache:
 
 
 class ReadAhead:
-    """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window."""
+    """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
+    past the middle of its last window asks for the next one ahead of time (``prefetch``)."""
 
     def __init__(self) -> None:
         self._streams: OrderedDict[int, int] = OrderedDict()
@@ -118,3 +119,17 @@ class ReadAhead:
         while len(self._streams) > MAX_STREAMS:
             self._streams.popitem(last=False)
         return fetch_end
+
+    def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
+        """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
+        sequential stream whose last window ``end`` is past the middle of; None if there is none."""
+        for stream_end, window in self._streams.items():
+            if window and stream_end - window <= end <= stream_end and stream_end - end <= window // 2:
+                if stream_end >= size:
+                    return None
+                del self._streams[stream_end]
+                window = min(MAX_WINDOW, window * 2)
+                fetch_end = min(size, stream_end + window)
+                self._streams[fetch_end] = window
+                return stream_end, fetch_end
+        return None

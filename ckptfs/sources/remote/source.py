@@ -3,15 +3,18 @@
 Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end records and central directory
 are read from them without another request. A read the cache misses fetches from its first missing block to
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
-than a quarter of the cache goes straight into its result, uncached.
+than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
+fetched in the background while the reader consumes the current one; a read needing bytes of a background
+fetch waits for it rather than fetching them twice.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
@@ -22,6 +25,7 @@ MiB = 1 << 20
 PART = 8 * MiB
 """Fetches larger than this are split in parts fetched at once (object stores serve ~100 MB/s a stream)."""
 PARALLEL = 8
+log = logging.getLogger("ckptfs.sources.remote")
 
 
 class RemoteSource:
@@ -37,6 +41,9 @@ class RemoteSource:
         self._cache.put(self.size - len(tail), tail, pinned=True)
         self._ahead = ReadAhead()
         self._pool: ThreadPoolExecutor | None = None
+        self._background: ThreadPoolExecutor | None = None
+        self._pending: dict[int, tuple[int, Future[None]]] = {}
+        """Background fetches under way: start -> (end, its future)."""
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -45,8 +52,12 @@ class RemoteSource:
         end = offset + length
         with self._lock:
             data = self._cache.held(offset, end)
-        if data is not None:
-            return data
+            if data is not None:
+                self._start_prefetch(self._ahead.prefetch(end, self.size))
+                return data
+            waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
+        for future in waiting:
+            future.exception()  # its failure is not this read's: the gaps it leaves are fetched below
         result = bytearray(length)
         view = memoryview(result)
         large = length > self._cache.capacity // 4
@@ -75,6 +86,29 @@ class RemoteSource:
                 self._cache.put(start, data)
         return bytes(result)
 
+    def _start_prefetch(self, wanted: tuple[int, int] | None) -> None:
+        """Under the lock: fetches the gaps of ``wanted`` in the background."""
+        if wanted is None:
+            return
+        for start, stop in self._cache.gaps(*wanted):
+            if any(s < stop and start < e for s, (e, _) in self._pending.items()):
+                continue
+            if self._background is None:
+                self._background = ThreadPoolExecutor(1, thread_name_prefix="ckptfs-ahead")
+            self._pending[start] = (stop, self._background.submit(self._prefetch, start, stop))
+
+    def _prefetch(self, start: int, stop: int) -> None:
+        try:
+            data = bytearray(stop - start)
+            self._fetch_into(start, memoryview(data))
+            with self._lock:
+                self._cache.put(start, data)
+        except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
+            log.info("%s: read-ahead of %d bytes at offset %d: %s", self.name, stop - start, start, exc)
+        finally:
+            with self._lock:
+                del self._pending[start]
+
     def _fetch_into(self, start: int, view: memoryview) -> None:
         """One GET, or parts of at most PART bytes fetched at once."""
         if len(view) <= PART:
@@ -99,11 +133,13 @@ class RemoteSource:
     def reopen(self) -> None:
         """In a forked process: the parent's connections and worker threads are not this process's."""
         self._getter.reset()
-        self._pool = None
+        self._pool = self._background = None
+        self._pending = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        for pool in (self._background, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = self._background = None
         self._getter.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
