@@ -57,3 +57,12 @@ def test_a_server_ignoring_ranges_is_refused_without_downloading_the_object(faul
     with pytest.raises(SourceError, match=r"the server ignores Range requests"):
         source.read(0, 10)
 
+
+
+def test_a_whole_object_no_larger_than_the_suffix_asked_is_taken(fault_proxy: FaultProxy, nginx: Nginx) -> None:
+    small = os.urandom(5000)
+    (nginx.root / "small.bin").write_bytes(small)
+    fault_proxy.faults = ["ignore-range"]
+    source = open_source(f"{fault_proxy.url}/small.bin")
+    assert (source.size, source.read(0, 5000)) == (5000, small)
+    assert len(fault_proxy.seen) == 1  # every byte came with the first answer
