@@ -142,7 +142,7 @@ def nginx_server(base: Path) -> Iterator[Nginx]:
 class FaultProxy:
     """Forwards GETs to ``upstream``; ``faults`` (consumed one a request) says what to do instead:
     ``503``, ``reset`` (close without an answer), ``short`` (half the body, then close), ``ignore-range``
-    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first)."""
+    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first), ``redirect`` (a 302 to nginx itself)."""
 
     def __init__(self, upstream_port: int) -> None:
         self.faults: list[str] = []
@@ -167,6 +167,12 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
+                    return
+                if fault == "redirect":
+                    self.send_response(302)
+                    self.send_header("Location", f"http://127.0.0.1:{upstream_port}{self.path}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 if fault == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

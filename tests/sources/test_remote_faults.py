@@ -10,6 +10,7 @@ from remote_servers import FaultProxy, Nginx
 
 from ckptfs.errors import SourceError
 from ckptfs.sources import RemoteOptions, open_source
+from ckptfs.sources.remote.cache import BLOCK
 
 MiB = 1 << 20
 
@@ -66,3 +67,14 @@ def test_a_whole_object_no_larger_than_the_suffix_asked_is_taken(fault_proxy: Fa
     source = open_source(f"{fault_proxy.url}/small.bin")
     assert (source.size, source.read(0, 5000)) == (5000, small)
     assert len(fault_proxy.seen) == 1  # every byte came with the first answer
+
+
+def test_a_redirect_is_followed_and_later_requests_go_where_it_led(fault_proxy: FaultProxy, nginx: Nginx,
+                                                                   blob: bytes) -> None:
+    fault_proxy.faults = ["redirect"]
+    mark = nginx.mark()
+    source = open_source(f"http://user:pw@127.0.0.1:{fault_proxy.port}/blob.bin")
+    assert source.name == f"{fault_proxy.url}/blob.bin"
+    assert source.read(3 * MiB, 1000) == blob[3 * MiB : 3 * MiB + 1000]
+    assert len(fault_proxy.seen) == 1
+    assert [r.range for r in nginx.since(mark)] == ["bytes=-1048576", f"bytes={3 * MiB}-{3 * MiB + BLOCK - 1}"]

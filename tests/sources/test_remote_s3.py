@@ -116,3 +116,19 @@ def test_missing_objects_and_buckets_are_one_line_errors(s3_env: MotoS3) -> None
         open_source("s3://empty/nothing.pt")
     with pytest.raises(SourceError, match=r"^s3://no-such-bucket/m\.pt: HTTP 404 Not Found \(NoSuchBucket\)$"):
         open_source("s3://no-such-bucket/m.pt")
+
+
+def test_a_wrong_region_is_corrected_by_the_bucket_region_aws_names() -> None:
+    from types import SimpleNamespace
+
+    from ckptfs.sources.remote.aws_config import S3Settings
+    from ckptfs.sources.remote.s3_endpoint import S3Endpoint
+
+    endpoint = S3Endpoint("s3://bucket/k/m.pt", S3Settings(None, "us-east-1", None))
+    assert (endpoint.host, endpoint.target(None)) == ("bucket.s3.us-east-1.amazonaws.com", "/k/m.pt")
+    answer = SimpleNamespace(getheader=lambda name: "eu-central-1" if name == "x-amz-bucket-region" else None)
+    moved = endpoint.moved(301, answer)  # type: ignore[arg-type]
+    assert moved is not None and (moved.host, moved.region) == ("bucket.s3.eu-central-1.amazonaws.com", "eu-central-1")
+    assert moved.moved(301, answer) is None  # type: ignore[arg-type]
+    dotted = S3Endpoint("s3://my.bucket/m.pt", S3Settings(None, "us-east-1", None))
+    assert (dotted.host, dotted.target("v 1")) == ("s3.us-east-1.amazonaws.com", "/my.bucket/m.pt?versionId=v%201")

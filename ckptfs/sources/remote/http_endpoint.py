@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.parse
 
 from ckptfs.errors import SourceError
@@ -9,9 +10,10 @@ from ckptfs.sources.remote.options import public_name
 
 
 class HttpEndpoint:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, name: str | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
-        self.name = public_name(url)
+        self.name = name or public_name(url)
+        self._url = url
         self.scheme = parts.scheme.lower()
         if not parts.hostname:
             raise SourceError("no host in the URL", self.name)
@@ -28,6 +30,19 @@ class HttpEndpoint:
 
     def headers(self, target: str) -> dict[str, str]:
         return {"Authorization": self._authorization} if self._authorization else {}
+
+    def moved(self, status: int, response: http.client.HTTPResponse) -> HttpEndpoint | None:
+        """A redirect's target (a CDN, a presigned URL), under the first URL's name; credentials go to the first
+        host only."""
+        location = response.getheader("Location")
+        if status not in (301, 302, 303, 307, 308) or not location:
+            return None
+        url = urllib.parse.urljoin(self._url, location)
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            return None
+        moved = HttpEndpoint(url, self.name)
+        moved._authorization = self._authorization if (moved.host, moved.port) == (self.host, self.port) else None
+        return moved
 
 
 def _basic_authorization(parts: urllib.parse.SplitResult) -> str | None:

@@ -27,6 +27,7 @@ from ckptfs.sources.remote.retry import PermanentError, RetryPolicy, TransientEr
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _ERROR_CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_REDIRECTS = 5
 ERROR_BODY_BYTES = 4096
 """An error answer is read this far, for the S3 error code it names."""
 
@@ -53,6 +54,10 @@ class Endpoint(Protocol):
 
     def headers(self, target: str) -> dict[str, str]:
         """Headers a GET of ``target`` needs besides Range and If-Match (S3: its signature)."""
+        ...
+
+    def moved(self, status: int, response: http.client.HTTPResponse) -> Endpoint | None:
+        """Where a redirecting answer sends the request (an HTTP Location; S3's bucket region), or None."""
         ...
 
 
@@ -88,15 +93,19 @@ class RangedGetter:
         self.reset()
 
     def _connection(self) -> http.client.HTTPConnection:
+        endpoint = self.endpoint
+        address = (endpoint.scheme, endpoint.host, endpoint.port)
         conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.address != address:  # redirected elsewhere since
+            conn.close()
+            conn = None
         if conn is None:
-            endpoint = self.endpoint
             if endpoint.scheme == "https":
                 conn = http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=self.timeout,
                                                    context=ssl.create_default_context())
             else:
                 conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=self.timeout)
-            self._local.conn = conn
+            self._local.conn, self._local.address = conn, address
         return conn
 
     def _drop_connection(self) -> None:
@@ -106,23 +115,31 @@ class RangedGetter:
             self._local.conn = None
 
     def _attempt(self, byte_range: str, view: memoryview | None, start: int) -> bytes:
-        """One GET. ``view`` None: the suffix GET of ``start`` bytes, whose bytes are returned."""
-        pinned = self.version
-        target = self.endpoint.target(pinned.version_id if pinned else None)
-        headers = {"Range": byte_range, "Accept-Encoding": "identity", **self.endpoint.headers(target)}
-        if pinned is not None and pinned.etag is not None:
-            headers["If-Match"] = pinned.etag
-        conn = self._connection()
-        try:
-            conn.request("GET", target, headers=headers)
-            response = conn.getresponse()
-            return self._answer(response, byte_range, view, start)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop_connection()
-            raise TransientError(_network_error(exc)) from None
-        except BaseException:
-            self._drop_connection()
-            raise
+        """One GET, following redirects. ``view`` None: the suffix GET of ``start`` bytes, whose bytes are returned."""
+        for _ in range(MAX_REDIRECTS + 1):
+            pinned = self.version
+            endpoint = self.endpoint
+            target = endpoint.target(pinned.version_id if pinned else None)
+            headers = {"Range": byte_range, "Accept-Encoding": "identity", **endpoint.headers(target)}
+            if pinned is not None and pinned.etag is not None:
+                headers["If-Match"] = pinned.etag
+            conn = self._connection()
+            try:
+                conn.request("GET", target, headers=headers)
+                response = conn.getresponse()
+                moved = endpoint.moved(response.status, response)
+                if moved is None:
+                    return self._answer(response, byte_range, view, start)
+                response.read(ERROR_BODY_BYTES)
+                self._drop_connection()
+                self.endpoint = moved
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop_connection()
+                raise TransientError(_network_error(exc)) from None
+            except BaseException:
+                self._drop_connection()
+                raise
+        raise PermanentError(f"more than {MAX_REDIRECTS} redirects")
 
     def _answer(self, response: http.client.HTTPResponse, byte_range: str, view: memoryview | None,
                 start: int) -> bytes:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.parse
 
 from ckptfs.errors import SourceError
@@ -12,6 +13,7 @@ from ckptfs.sources.remote.sigv4 import quote, signed_headers
 
 class S3Endpoint:
     def __init__(self, url: str, settings: S3Settings) -> None:
+        self._url, self._settings = url, settings
         parts = urllib.parse.urlsplit(url)
         bucket, key = parts.netloc, urllib.parse.unquote(parts.path.lstrip("/"))
         self.name = f"s3://{bucket}/{key}"
@@ -52,3 +54,10 @@ class S3Endpoint:
         path, _, query = target.partition("?")
         return signed_headers(self._credentials(), self.region, self._host_header, path,
                               dict(urllib.parse.parse_qsl(query)))
+
+    def moved(self, status: int, response: http.client.HTTPResponse) -> S3Endpoint | None:
+        """AWS names the bucket's region when asked in another (301 PermanentRedirect, 400): ask there."""
+        region = response.getheader("x-amz-bucket-region")
+        if status not in (301, 307, 400) or not region or region == self.region or self._settings.endpoint_url:
+            return None
+        return S3Endpoint(self._url, self._settings._replace(region=region))
