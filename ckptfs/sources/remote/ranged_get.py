@@ -121,8 +121,8 @@ class RangedGetter:
             endpoint = self.endpoint
             target = endpoint.target(pinned.version_id if pinned else None)
             headers = {"Range": byte_range, "Accept-Encoding": "identity", **endpoint.headers(target)}
-            if pinned is not None and pinned.etag is not None:
-                headers["If-Match"] = pinned.etag
+            if pinned is not None and pinned.etag is not None and not pinned.etag.startswith("W/"):
+                headers["If-Match"] = pinned.etag  # a weak ETag never matches If-Match: the answer's is compared
             conn = self._connection()
             try:
                 conn.request("GET", target, headers=headers)
