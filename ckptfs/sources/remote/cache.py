@@ -122,14 +122,15 @@ class ReadAhead:
 
     def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
         """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
-        sequential stream whose last window ``end`` is past the middle of; None if there is none."""
+        sequential stream whose last window ``end`` is past the middle of, never more than MAX_WINDOW past
+        ``end``; None if there is none."""
         for stream_end, window in self._streams.items():
             if window and stream_end - window <= end <= stream_end and stream_end - end <= window // 2:
                 if stream_end >= size:
                     return None
                 del self._streams[stream_end]
                 window = min(MAX_WINDOW, window * 2)
-                fetch_end = min(size, stream_end + window)
+                fetch_end = min(size, stream_end + window, -(-(end + MAX_WINDOW) // BLOCK) * BLOCK)
                 self._streams[fetch_end] = window
-                return stream_end, fetch_end
+                return (stream_end, fetch_end) if fetch_end > stream_end else None
         return None
