@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,20 @@ def test_a_wrong_region_is_corrected_by_the_bucket_region_aws_names() -> None:
     assert moved.moved(301, answer) is None  # type: ignore[arg-type]
     dotted = S3Endpoint("s3://my.bucket/m.pt", S3Settings(None, "us-east-1", None))
     assert (dotted.host, dotted.target("v 1")) == ("s3.us-east-1.amazonaws.com", "/my.bucket/m.pt?versionId=v%201")
+
+
+def test_the_cli_reads_s3_urls_and_says_what_is_missing_in_one_line(s3_env: MotoS3) -> None:
+    from mount.helpers import run_cli
+
+    s3_env.client.create_bucket(Bucket="cli")
+    s3_env.client.put_object(Bucket="cli", Key="m.pt", Body=saved({"w": torch.ones(2, 3)}))
+    env = {**os.environ}
+    listed = run_cli("ls", "--json", "s3://cli/m.pt", env=env)
+    assert listed.returncode == 0 and '"dtype": "float32", "shape": [2, 3]' in listed.stdout, listed.stderr
+    missing = run_cli("info", "s3://cli/nothing.pt", env=env)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert missing.stderr == "ckptfs: s3://cli/nothing.pt: HTTP 404 Not Found (NoSuchKey)\n"
+    anonymous = run_cli("ls", "s3://cli/m.pt", "--anonymous", "--storage-option", "colour=blue", env=env)
+    assert anonymous.stderr == ("ckptfs: s3://cli/m.pt: storage option 'colour' is not one an s3:// source takes "
+                                "(access_key_id, endpoint_url, profile, region, secret_access_key, session_token, "
+                                "tail_size, retries, timeout)\n")

@@ -164,6 +164,8 @@ class RangedGetter:
             raise PermanentError(what)
         self._check_version(response, size)
         count = last - first + 1
+        if view is None and (count > start or last != size - 1):
+            raise PermanentError(f"asked for {byte_range}, the server sent bytes {first}-{last} of {size}")
         if view is None:
             buffer = bytearray(count)
             _read_exactly(response, memoryview(buffer))
