@@ -114,12 +114,14 @@ class RemoteSource:
         if len(view) <= PART:
             self._getter.get_into(start, view)
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
+            pool = self._pool
         count = -(-len(view) // PART)
         size = -(-len(view) // count // BLOCK) * BLOCK  # equal parts: none is a small straggler
         parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
-        for future in [self._pool.submit(self._getter.get_into, *part) for part in parts]:
+        for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
             future.result()
 
     def fileno(self) -> int | None:
