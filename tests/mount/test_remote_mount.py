@@ -82,3 +82,19 @@ def test_permanent_errors_are_eio_and_the_daemon_stays_up(nginx: Nginx, fault_pr
         time.sleep(0.05)
     assert f"{fault_proxy.url}/faulty.pt: HTTP 503 Service Unavailable (SlowDown) (gave up after 2 attempts)" \
         in log.read_text()
+
+
+def test_concurrent_readers_of_a_multithreaded_mount_get_the_right_bytes(nginx: Nginx, mounter: Mounter) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    tensors = state_dict()
+    torch.save(tensors, nginx.root / "threads.pt")
+    mnt = mounter(f"{nginx.url}/threads.pt", "--multithreaded", "--cache-size", "32MiB")  # type: ignore[arg-type]
+
+    def read(name: str) -> bool:
+        with open(mnt / name, "rb") as f:
+            chunks = iter(lambda: f.read(100_003), b"")
+            return b"".join(chunks) == tensors[name].contiguous().view(torch.uint8).numpy().tobytes()
+
+    with ThreadPoolExecutor(6) as pool:
+        assert all(pool.map(read, ["big", "embed.weight", "layers.0.bias"] * 2))
