@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.remote.options import OWN_OPTIONS, RemoteOptions, public_name
-from ckptfs.sources.remote.retry import RetryPolicy
 
 __all__ = ["RemoteOptions", "open_remote", "public_name"]
 
@@ -18,6 +17,7 @@ DIRECT_SCHEMES = ("http", "https", "s3")
 def open_remote(url: str, options: RemoteOptions = RemoteOptions()) -> object:
     """The source a URL names, opened: its first request (the suffix GET) is made."""
     from ckptfs.sources.remote.ranged_get import RangedGetter
+    from ckptfs.sources.remote.retry import RetryPolicy
     from ckptfs.sources.remote.source import RemoteSource
 
     scheme = url.partition("://")[0].lower()

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import urllib.parse
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from ckptfs.errors import SourceError
 
@@ -24,12 +24,13 @@ OWN_OPTIONS = {
 """Storage options every remote source takes; the others go to the backend (S3 credentials, fsspec's options)."""
 
 
-@dataclass(frozen=True)
-class RemoteOptions:
+class RemoteOptions(NamedTuple):
+    """How URLs are reached (a NamedTuple: every command defines it at start-up, where each millisecond shows)."""
+
     endpoint_url: str | None = None
     anonymous: bool = False
     region: str | None = None
-    storage_options: dict[str, str] = field(default_factory=dict)
+    storage_options: Mapping[str, str] = MappingProxyType({})
     cache_size: int = DEFAULT_CACHE_SIZE
 
     def number(self, name: str, default: float) -> float:
@@ -61,6 +62,8 @@ def parse_storage_option(text: str) -> tuple[str, str]:
 def public_name(url: str) -> str:
     """The URL without what may be a credential: user and password, the query (a presigned URL's signature)
     and the fragment."""
+    import urllib.parse
+
     parts = urllib.parse.urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
