@@ -80,6 +80,12 @@ class Nginx:
         self.log = base / "access.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.tls_port = free_port()
+        self.tls_url = f"https://127.0.0.1:{self.tls_port}"
+        self.certificate = base / "cert.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(base / "key.pem"),
+                        "-out", str(self.certificate)], check=True, capture_output=True)
         config = base / "nginx.conf"
         config.write_text(f"""
 master_process off;
@@ -100,6 +106,9 @@ http {{
     scgi_temp_path {base}/tmp;
     server {{
         listen 127.0.0.1:{self.port};
+        listen 127.0.0.1:{self.tls_port} ssl;
+        ssl_certificate {self.certificate};
+        ssl_certificate_key {base}/key.pem;
         root {self.root};
     }}
 }}
@@ -132,6 +141,8 @@ http {{
 def nginx_server(base: Path) -> Iterator[Nginx]:
     if not os.path.exists(Nginx.binary()):
         _missing("nginx (apt-get install nginx-light)")
+    if shutil.which("openssl") is None:
+        _missing("openssl (apt-get install openssl)")
     server = Nginx(base)
     try:
         yield server

@@ -169,3 +169,12 @@ def test_ls_and_info_of_a_url_equal_those_of_the_file(nginx: Nginx, tmp_path: Pa
         result = run_cli("ls", target, "--storage-option", "retries=2")
         assert result.returncode == 1 and result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(f"ckptfs: {target}: ")
+
+
+def test_https_with_the_certificate_trusted_and_refused_without(nginx: Nginx, monkeypatch: pytest.MonkeyPatch) -> None:
+    tensors = checkpoint(nginx, "data-1MiB.pt", 1 << 18)
+    with pytest.raises(SourceError, match=r"^https://127\.0\.0\.1:\d+/data-1MiB\.pt: TLS: self.signed certificate$"):
+        open_source(f"{nginx.tls_url}/data-1MiB.pt")  # at once: no retry meets another certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(nginx.certificate))
+    with ckptfs.open(f"{nginx.tls_url}/data-1MiB.pt") as ck:
+        assert ck.read(ck.tensor(("big",))) == tensors["big"].numpy().tobytes()

@@ -133,6 +133,9 @@ class RangedGetter:
                 response.read(ERROR_BODY_BYTES)
                 self._drop_connection()
                 self.endpoint = moved
+            except ssl.SSLCertVerificationError as exc:  # another attempt meets the same certificate
+                self._drop_connection()
+                raise PermanentError(f"TLS: {exc.verify_message or exc}") from None
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
                 raise TransientError(_network_error(exc)) from None
