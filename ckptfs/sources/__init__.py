@@ -32,4 +32,4 @@ def open_source(target: str | os.PathLike[str], remote: RemoteOptions = RemoteOp
         return LocalFileSource(name)
     if name.lower().startswith("file://"):
         return LocalFileSource(name[len("file://"):])
-    return open_remote(name, remote)  # type: ignore[return-value]
+    return open_remote(name, remote)

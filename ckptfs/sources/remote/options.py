@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from ckptfs.errors import SourceError
+from ckptfs.limits import parse_quantity
 
 MiB = 1 << 20
 DEFAULT_CACHE_SIZE = 256 * MiB
@@ -16,6 +17,9 @@ MIN_CACHE_SIZE = 32 * MiB
 DEFAULT_TAIL_SIZE = 1 * MiB
 """The opening suffix GET: a zip's central directory for ~8,000 tensors (~128 bytes a record), fetched in about
 the time of the request's first byte on object stores (~100 MB/s a stream, 20-50 ms to the first byte)."""
+DEFAULT_RETRIES = 6
+"""Attempts per request: with full-jitter backoff from 50 ms doubling to 2 s, ~3 s of blips are ridden out."""
+DEFAULT_TIMEOUT = 30.0
 OWN_OPTIONS = {
     "tail_size": "bytes of the opening suffix GET (default 1MiB)",
     "retries": "attempts per request for transient errors (default 6)",
@@ -34,12 +38,12 @@ class RemoteOptions(NamedTuple):
     cache_size: int = DEFAULT_CACHE_SIZE
 
     def number(self, name: str, default: float) -> float:
-        """A numeric storage option of ours (``tail_size``, ``retries``, ``timeout``)."""
+        """A numeric storage option of ours (``tail_size`` with a unit if wanted, ``retries``, ``timeout``)."""
         text = self.storage_options.get(name)
         if text is None:
             return default
         try:
-            value = float(text)
+            value = float(parse_quantity(text)) if name == "tail_size" else float(text)
         except ValueError:
             raise SourceError(f"storage option {name}={text!r}: expected a number") from None
         if value <= 0 or value != value:
