@@ -4,7 +4,7 @@
   body bytes sent, If-Match) counts requests and bytes.
 * ``fault_proxy``: a proxy in front of nginx that answers each request as its script says (a 503, a reset,
   a short body, a 200 ignoring the range, a slow answer), then forwards faithfully.
-* ``moto_s3``: moto's S3 server (SigV4 requests, versioned buckets, If-Match).
+* ``moto_s3``: moto's S3 server, checking SigV4 signatures (versioned buckets, If-Match).
 
 Missing programs fail the tests under CI=true and skip them elsewhere.
 """
@@ -12,6 +12,7 @@ Missing programs fail the tests under CI=true and skip them elsewhere.
 from __future__ import annotations
 
 import http.client
+import json
 import http.server
 import os
 import shutil
@@ -231,21 +232,28 @@ class FaultProxy:
 
 
 class MotoS3:
-    """moto's S3 server; ``client`` is a boto3 client of it (dummy credentials)."""
-
-    ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_REGION": "us-east-1"}
+    """moto's S3 server checking SigV4 signatures: its first three requests (unchecked) make an IAM user allowed
+    s3:*, whose keys ``env`` holds and ``client`` (boto3) signs with."""
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"})
         wait_for_port(self.port, self.process, timeout=60)
         import boto3
 
+        iam = boto3.client("iam", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="bootstrap",
+                           aws_secret_access_key="bootstrap")
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        iam.put_user_policy(UserName="reader", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        self.env = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+                    "AWS_REGION": "us-east-1"}
         self.client = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1",
-                                   aws_access_key_id=self.ENV["AWS_ACCESS_KEY_ID"],
-                                   aws_secret_access_key=self.ENV["AWS_SECRET_ACCESS_KEY"])
+                                   aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
 
 
 def moto_server() -> Iterator[MotoS3]:

@@ -53,7 +53,7 @@ def test_an_s3_mount(moto_s3: MotoS3, mounter: Mounter, monkeypatch: pytest.Monk
     torch.save(tensors, buffer)
     moto_s3.client.create_bucket(Bucket="mounts")
     moto_s3.client.put_object(Bucket="mounts", Key="ckpt/model.pt", Body=buffer.getvalue())
-    for name, value in MotoS3.ENV.items():
+    for name, value in moto_s3.env.items():
         monkeypatch.setenv(name, value)
     mnt = mounter("s3://mounts/ckpt/model.pt", "--endpoint-url", moto_s3.url)  # type: ignore[arg-type]
     assert_same_as_torch(mnt, tensors)

@@ -73,7 +73,7 @@ def test_settings_follow_the_aws_chain(tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.fixture
 def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
-    for name, value in MotoS3.ENV.items():
+    for name, value in moto_s3.env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -147,6 +147,8 @@ def test_the_cli_reads_s3_urls_and_says_what_is_missing_in_one_line(s3_env: Moto
     assert (missing.returncode, missing.stdout) == (1, "")
     assert missing.stderr == "ckptfs: s3://cli/nothing.pt: HTTP 404 Not Found (NoSuchKey)\n"
     anonymous = run_cli("ls", "s3://cli/m.pt", "--anonymous", "--storage-option", "colour=blue", env=env)
+    wrong = run_cli("ls", "s3://cli/m.pt", env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"})
+    assert wrong.stderr == "ckptfs: s3://cli/m.pt: HTTP 403 Forbidden (SignatureDoesNotMatch)\n"
     assert anonymous.stderr == ("ckptfs: s3://cli/m.pt: storage option 'colour' is not one an s3:// source takes "
                                 "(access_key_id, endpoint_url, profile, region, secret_access_key, session_token, "
                                 "tail_size, retries, timeout)\n")
