@@ -78,3 +78,15 @@ def test_a_redirect_is_followed_and_later_requests_go_where_it_led(fault_proxy: 
     assert source.read(3 * MiB, 1000) == blob[3 * MiB : 3 * MiB + 1000]
     assert len(fault_proxy.seen) == 1
     assert [r.range for r in nginx.since(mark)] == ["bytes=-1048576", f"bytes={3 * MiB}-{3 * MiB + BLOCK - 1}"]
+
+
+def test_random_faults_never_give_a_wrong_byte(fault_proxy: FaultProxy, blob: bytes) -> None:
+    import random
+
+    rng = random.Random(13)
+    source = opened(fault_proxy, retries="4")
+    for _ in range(60):
+        fault_proxy.faults = rng.choices(["", "503", "reset", "short"], k=3)  # fewer than the attempts, in a row
+        offset = rng.randrange(0, len(blob))
+        length = rng.randrange(0, min(len(blob) - offset, 3 * MiB) + 1)
+        assert source.read(offset, length) == blob[offset : offset + length]
