@@ -325,6 +325,8 @@ osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
 mon max pg per osd = 1000
+osd class update on start = false
+osd crush update on start = false
 run dir = {base}/run
 admin socket = {base}/run/$name.asok
 log file = {base}/log/$name.log
@@ -358,8 +360,12 @@ rgw frontends = beast endpoint={self.url[len("http://"):]} tcp_nodelay=1
         self._run("ceph-mon", *conf, "--mkfs", "-i", "a", "--monmap", str(base / "monmap"))
         self._start("ceph-mon", *conf, "-f", "-i", "a")
         wait_for_port(mon_port, self.processes[-1])
-        self._run("ceph", *conf, "--connect-timeout", "30", "osd", "create")
-        self._run("ceph-osd", *conf, "-i", "0", "--mkfs")
+        osd_uuid = "0b7c1f52-4a8e-4d0c-9a57-6f1f3f0d2c01"  # the OSD's, registered and made with it alike
+        self._run("ceph", *conf, "--connect-timeout", "30", "osd", "create", osd_uuid, "0")
+        # Placed by hand: an OSD placing itself races its first monitor map ("wrong fsid") now and then.
+        self._run("ceph", *conf, "--connect-timeout", "30", "osd", "crush", "add", "osd.0", "1.0", "root=default",
+                  "host=local")
+        self._run("ceph-osd", *conf, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid)
         self._start("ceph-osd", *conf, "-f", "-i", "0")
         self._run("ceph", *conf, "--connect-timeout", "30", "osd", "pool", "ls")
         self._start("radosgw", *conf, "-f", "-n", "client.rgw")
