@@ -16,7 +16,7 @@ from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
-from ckptfs.sources import ByteSource, DirectorySource, open_source
+from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, open_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,14 +123,16 @@ class Checkpoint:
         return f"<Checkpoint {self.path!r} {self.format} {len(self.tensors)} tensors>"
 
 
-def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits()) -> Checkpoint:
-    """Parses a checkpoint's metadata; no tensor data is read."""
+def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
+                    remote: RemoteOptions = RemoteOptions()) -> Checkpoint:
+    """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
+    fsspec URL), reached as ``remote`` says."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
         source = DirectorySource(path)
     else:
-        source = open_source(path)
+        source = open_source(path, remote)
     try:
         return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
     except CkptfsError as exc:

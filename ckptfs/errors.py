@@ -58,3 +58,7 @@ class MountError(CkptfsError):
 
 class OutputError(CkptfsError):
     """A file ckptfs writes (``ckptfs convert``'s output) could not be written: disk full, no permission."""
+
+
+class ObjectChangedError(SourceError):
+    """A remote object was replaced while open: its bytes would mix two versions."""

@@ -18,6 +18,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
+from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.gc_pause import gc_paused
@@ -64,7 +65,7 @@ examples:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
         rows = listed(ck)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
@@ -72,7 +73,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
         if not args.json:
             write_text(line + "\n" for line in overview(ck))
             return 0
@@ -93,7 +94,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits)
+    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args))
     return 0
 
 
@@ -216,26 +217,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reading_commands(sub: Any) -> None:
     """``ls`` and ``info``."""
-    ls = sub.add_parser("ls", help="one line per tensor: its file in a mount, dtype, shape, size",
+    ls = sub.add_parser("ls", usage="%(prog)s [options] FILE", help="one line per tensor: its file in a mount, dtype, shape, size",
                         description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
                                     "of FILE shows it (relative to the mount's root), dtype, shape and size.")
-    ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
                          "nbytes")
     _add_limit_option(ls, "command_limit")
+    add_remote_options(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
                           description="An overview of FILE: total size, parameter count, dtypes, tensors and "
                                       "storages, format. With --json: the summary, every tensor's metadata (as its "
                                       "sidecar in a mount) and the whole object tree, as one JSON text.")
-    info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     info.add_argument("--json", action="store_true", help="machine-readable JSON instead of the overview")
     info.add_argument("--indent", type=_indent, metavar="N",
                       help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
     _add_limit_option(info, "command_limit")
+    add_remote_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
     for command in (add_cat_parser(sub), add_diff_parser(sub)):
@@ -246,7 +249,7 @@ def _add_reading_commands(sub: Any) -> None:
 def _add_mount_commands(sub: Any) -> None:
     """``mount``, ``umount`` and ``mounts``."""
     mnt = sub.add_parser(
-        "mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
+        "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
                     "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT",
@@ -255,7 +258,7 @@ def _add_mount_commands(sub: Any) -> None:
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
-    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file")
+    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file, or its URL (s3://, http(s)://, ...)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
@@ -274,6 +277,7 @@ def _add_mount_commands(sub: Any) -> None:
     mnt.add_argument("--multithreaded", action="store_true",
                      help="answer requests on several threads (default: one, which streams fastest)")
     _add_limit_option(mnt, "command_limit")
+    add_remote_options(mnt)
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
                             description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "
