@@ -122,6 +122,15 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
     return ""
 
 
+def _all_utf8(left_out: list[LeftOut]) -> bool:
+    try:
+        for item in left_out:
+            item.name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SafetensorsFile:
     """One ``model.safetensors``: its header and members, its size and pieces."""
 
@@ -129,9 +138,11 @@ class SafetensorsFile:
 
     def __init__(self, found: list[Member], left_out: list[LeftOut], source: str, max_bytes: int) -> None:
         self.members = sorted(found, key=lambda member: -member.tensor.itemsize)
+        # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
+        # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
         header: dict[str, Any] = {"__metadata__": {
-            "format": "pt", "source": source,
-            "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=False)}}
+            "format": "pt", "source": source.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+            "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}}
         offset = 0
         for name, tensor in self.members:
             shape = list(tensor.shape)

@@ -18,7 +18,7 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
-from ckptfs.fs.safetensors import DTYPE_NAMES, SafetensorsFile, key_name
+from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, SafetensorsFile, key_name
 from ckptfs.limits import Limits
 
 
@@ -102,4 +102,14 @@ def test_header_over_the_limit(tmp_path: Path) -> None:
     path = save_zip({"k" * 300: torch.ones(1)}, tmp_path / "t.pt")
     with ckptfs.open(path, limits=Limits(max_generated_bytes=200)) as ck:
         with pytest.raises(LimitExceededError, match="model.safetensors's header would exceed 200 bytes"):
-            SafetensorsFile([], [("k" * 300, "why")], ck.path, 200)  # type: ignore[list-item]
+            SafetensorsFile([], [LeftOut("k" * 300, "why")], ck.path, 200)
+
+
+def test_names_and_paths_that_are_not_utf8_still_make_a_json_header() -> None:
+    """Undecodable bytes of a key or path (kept as surrogates) are escaped, never an exception (found by the fuzzer)."""
+    made = SafetensorsFile([], [LeftOut("w\udc8c", "name not UTF-8")], "/data/m\udcff.pt", 1 << 20)
+    (length,) = struct.unpack("<Q", made.header[:8])
+    metadata = json.loads(made.header[8 : 8 + length])["__metadata__"]
+    assert metadata["source"] == "/data/m\ufffd.pt"
+    assert json.loads(metadata["left_out"]) == [["w\udc8c", "name not UTF-8"]]
+    assert made.size == len(made.header)
