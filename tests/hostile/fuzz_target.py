@@ -65,7 +65,8 @@ def _mount_walk(ck: ckptfs.Checkpoint) -> None:
     """What ``find -ls``, ``cat`` of every small file and the first reads of the views do on a mount, up to
     MAX_NODES entries."""
     layout = Layout(ck)
-    pending = [layout.root]
+    zarr = layout.lookup("/.zarr")  # not in the root's listing: opened by its path
+    pending = [layout.root] if zarr is None else [zarr, layout.root]
     visited = 0
     while pending and visited < MAX_NODES:
         for node in layout.listing(pending.pop()):
