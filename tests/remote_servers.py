@@ -13,8 +13,8 @@ Missing programs fail the tests under CI=true and skip them elsewhere.
 from __future__ import annotations
 
 import http.client
-import json
 import http.server
+import json
 import os
 import shutil
 import socket

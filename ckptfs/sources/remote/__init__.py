@@ -7,8 +7,14 @@ from __future__ import annotations
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import ByteSource
-from ckptfs.sources.remote.options import (DEFAULT_RETRIES, DEFAULT_TAIL_SIZE, DEFAULT_TIMEOUT, OWN_OPTIONS,
-                                           RemoteOptions, public_name)
+from ckptfs.sources.remote.options import (
+    DEFAULT_RETRIES,
+    DEFAULT_TAIL_SIZE,
+    DEFAULT_TIMEOUT,
+    OWN_OPTIONS,
+    RemoteOptions,
+    public_name,
+)
 
 __all__ = ["RemoteOptions", "open_remote", "public_name"]
 

@@ -10,9 +10,9 @@ fetch waits for it rather than fetching them twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
-import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
