@@ -6,17 +6,17 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
-from ckptfs.formats.detect import directory_error, open_parsed
+from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
-from ckptfs.model.records import Key, Storage, Tensor
+from ckptfs.model.records import Chunk, Key, Storage, Tensor
 from ckptfs.model.trails import TrailCache
 from ckptfs.model.tree import child_at, walk
-from ckptfs.reading.extents import Extent, stored_extents
+from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
-from ckptfs.sources import ByteSource, open_source
+from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, open_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,6 +79,11 @@ class Checkpoint:
     def extents(self, tensor: Tensor) -> list[Extent] | None:
         """The source ranges holding the tensor's logical bytes as they are (its storage's framing checked),
         or None when its bytes must be gathered: see ``reading.extents``."""
+        if tensor.chunks is not None:
+            try:
+                return chunk_extents(tensor, lambda chunk: self._checked_chunk(tensor, chunk))
+            except CkptfsError as exc:
+                raise exc.with_path(self.path) from None
         extents = stored_extents(tensor)
         if extents is not None:
             assert tensor.storage is not None
@@ -87,6 +92,12 @@ class Checkpoint:
             except CkptfsError as exc:
                 raise exc.with_path(self.path) from None
         return extents
+
+    def _checked_chunk(self, tensor: Tensor, chunk: Chunk) -> Tensor:
+        inner = self._reader.parsed.chunk_tensor(chunk, tensor.dtype.name)
+        if inner.storage is not None:
+            self._reader.verify(inner.storage)
+        return inner
 
     def to_numpy(self, tensor: Tensor) -> np.ndarray:
         """A numpy array of the tensor (a copy), for dtypes numpy has."""
@@ -112,14 +123,16 @@ class Checkpoint:
         return f"<Checkpoint {self.path!r} {self.format} {len(self.tensors)} tensors>"
 
 
-def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits()) -> Checkpoint:
-    """Parses a checkpoint's metadata; no tensor data is read."""
+def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
+                    remote: RemoteOptions = RemoteOptions()) -> Checkpoint:
+    """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
+    fsspec URL), reached as ``remote`` says."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
-        raise directory_error(os.fspath(path))
+        source = DirectorySource(path)
     else:
-        source = open_source(path)
+        source = open_source(path, remote)
     try:
         return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
     except CkptfsError as exc:

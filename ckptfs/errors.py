@@ -54,3 +54,11 @@ class UnsupportedError(CkptfsError):
 
 class MountError(CkptfsError):
     """A mount or unmount failed: bad mount point, FUSE missing, or the daemon did not come up."""
+
+
+class OutputError(CkptfsError):
+    """A file ckptfs writes (``ckptfs convert``'s output) could not be written: disk full, no permission."""
+
+
+class ObjectChangedError(SourceError):
+    """A remote object was replaced while open: its bytes would mix two versions."""

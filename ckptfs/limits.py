@@ -30,8 +30,10 @@ class Limits:
 
     Honest pickles compress 2–10×; a flood of one opcode compresses 1000× and
     would turn a kilobyte file into gigabytes of parsed objects."""
-    max_inflated_bytes: int = 256 << 20
-    """Largest deflated storage record (re-zipped archives) inflated into memory when it is read."""
+    max_inflated_bytes: int = 1 << 40
+    """Largest declared size of a deflated storage record (re-zipped archives). Such a record is never held
+    in memory whole (reads resume from a seek index, ``formats.deflate_index``); this bounds the work of
+    inflating up to a read, as a file this size needs ≥ 1/1032 of it compressed."""
     max_memo_entries: int = 10_000_000
     """Distinct memo slots; the memo is a dict, so a huge index (``LONG_BINPUT 0x7FFFFFFE``) costs one slot."""
     max_stack_depth: int = 10_000_000
@@ -71,7 +73,7 @@ class Limits:
 SUMMARIES = {
     "max_pickle_bytes": "size of a pickle that is interpreted (after inflation)",
     "max_pickle_inflation": "how many times its stored size a deflated pickle may inflate to (+1 MiB)",
-    "max_inflated_bytes": "a deflated storage record inflated in memory when it is read",
+    "max_inflated_bytes": "declared size of a deflated storage record (read through a seek index)",
     "max_memo_entries": "pickle memo size",
     "max_stack_depth": "pickle stack size, and MARKs open at once",
     "max_zip_entries": "records in a zip's central directory",

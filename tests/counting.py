@@ -8,12 +8,19 @@ from ckptfs.sources import ByteSource, SourceStat
 
 
 class CountingSource:
-    def __init__(self, inner: ByteSource) -> None:
+    """``tail_hint``: the one a remote source declares (the bytes its suffix request at open holds)."""
+
+    def __init__(self, inner: ByteSource, tail_hint: int = 0) -> None:
         self.inner = inner
         self.name = inner.name
         self.size = inner.size
+        self.tail_hint = tail_hint
         self.reads: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(length for _, length in self.reads)
 
     def read(self, offset: int, length: int) -> bytes:
         with self._lock:

@@ -18,7 +18,7 @@ LAYERS = [
     ["ckptfs.reading"],
     ["ckptfs.checkpoint"],
     ["ckptfs.fs"],
-    ["ckptfs.fuse"],
+    ["ckptfs.fuse", "ckptfs.fsspec"],
     ["ckptfs.cli", "ckptfs.__main__"],
 ]
 """Bottom first: a module may import its own layer's modules and those of the layers below it."""

@@ -45,8 +45,9 @@ def test_bench_quick(tmp_path: Path) -> None:
         assert set(figures[key]["sides"]) >= {"ckptfs", "torch", "clist", "cpickle", "floor"}, key
     for key in ("find_zip", "find_legacy", "rss_zip", "rss_legacy"):
         assert set(figures[key]["sides"]) >= {"ckptfs", "clist"}, key
-    # The C listing showed the root ckptfs showed: one file per tensor and its sidecar, and /.ckptfs.
-    assert result["meta"]["clist_root_entries"] == {"zip": 2 * 2000 + 1, "legacy": 2 * 2000 + 1}
+    # The C listing showed the root ckptfs showed: one file per tensor, its sidecar and .npy, /.ckptfs and
+    # model.safetensors.
+    assert result["meta"]["clist_root_entries"] == {"zip": 3 * 2000 + 2, "legacy": 3 * 2000 + 2}
     # Dropping a mounted file's page cache empties it, and the check can see that for every mounted side: their
     # files belong to the user running the benchmark (the kernel hides the page cache of others' files).
     assert result["meta"]["resident_after_drop_max"] == {"cpass": 0.0, "ckptfs": 0.0}

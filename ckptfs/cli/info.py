@@ -16,7 +16,7 @@ from typing import Any
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.cli.printable import printable
 from ckptfs.errors import CkptfsError, LimitExceededError
-from ckptfs.fs.describe import TextBudget, encode_tree, json_text
+from ckptfs.fs.describe import TextBudget, encode_tree, json_text, storage_metadata
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.jsontext import dumps
@@ -26,7 +26,11 @@ FORMAT_NAMES = {
     "zip": "torch.save zip archive (torch >= 1.6)",
     "torchscript": "TorchScript archive (torch.jit.save)",
     "legacy": "legacy torch.save stream (torch < 1.6)",
+    "tar": "legacy TAR checkpoint (torch <= 0.3)",
+    "pt2": "torch.export archive (.pt2)",
 }
+UNWRITTEN_SHOWN = 20
+"""Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""
 _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\s"{}\[\],:]+|[{}\[\],:]|\s+')
 
 
@@ -43,14 +47,19 @@ def summary(ck: Checkpoint) -> dict[str, Any]:
 
 
 def description_text(ck: Checkpoint) -> str:
-    """``ckptfs info --json``: the JSON text of the summary, every tensor's metadata and the whole tree.
+    """``ckptfs info --json``: the JSON text of the summary, every storage's place, every tensor's metadata and
+    the whole tree.
 
-    It equals ``json_text({**summary(ck), "tensors": [tensor_metadata(t) ...], "tree": encode_tree(ck.root)})``.
-    LimitExceededError (naming the file) past ``max_generated_bytes``.
+    It equals ``json_text({**summary(ck), "storages": [storage_metadata(s) ...], "tensors": [tensor_metadata(t)
+    ...], "tree": encode_tree(ck.root)})``. LimitExceededError (naming the file) past ``max_generated_bytes``.
     """
     budget = TextBudget(ck.limits.max_generated_bytes)
     sidecars = SidecarMaker(PathTexts(ck.limits.max_generated_bytes))
     try:
+        storages = []
+        for storage in ck.storages:
+            storages.append(dumps(storage_metadata(storage)))
+            budget.spend(len(storages[-1]))
         tensors = []
         for tensor in ck.tensors:
             text = sidecars(tensor).decode("ascii")[:-1]
@@ -68,7 +77,8 @@ def description_text(ck: Checkpoint) -> str:
         raise exc.with_path(ck.path) from None
     quoted = re.escape(dumps(marker)[:-1]) + r'(\d+)"'
     tree = re.sub(quoted, lambda match: tensors[int(match.group(1))], tree)
-    return f'{dumps(summary(ck))[:-1]}, "tensors": [{", ".join(tensors)}], "tree": {tree}}}'
+    return (f'{dumps(summary(ck))[:-1]}, "storages": [{", ".join(storages)}], "tensors": [{", ".join(tensors)}], '
+            f'"tree": {tree}}}')
 
 
 def overview(ck: Checkpoint) -> list[str]:
@@ -95,6 +105,13 @@ def overview(ck: Checkpoint) -> list[str]:
         ("details", [f"{key.replace('_', ' ')}: {_detail(value)}" for key, value in ck.details.items()
                      if value is not None] or ["none"]),
     ]
+    unwritten = [s for s in ck.storages if not s.written]
+    if unwritten:
+        fields.append(("unwritten", [f"{len(unwritten):,} storages reserved by skip_data, bytes never written:",
+                                     *(f"{s.key}: offset {s.offset:,}, {s.nbytes:,} bytes" for s in
+                                       unwritten[:UNWRITTEN_SHOWN])]
+                       + ([f"... {len(unwritten) - UNWRITTEN_SHOWN:,} more: ckptfs info --json"]
+                          if len(unwritten) > UNWRITTEN_SHOWN else [])))
     width = max(len(label) for label, _ in fields) + 2
     lines = []
     for label, values in fields:

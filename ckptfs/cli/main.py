@@ -7,13 +7,18 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any, Callable, Iterable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.cli.cat import add_cat_parser
+from ckptfs.cli.convert import add_convert_command
+from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.cli.listing import json_lines, listed, text_lines
+from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
+from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.gc_pause import gc_paused
@@ -21,7 +26,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "mount")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -32,8 +37,11 @@ examples:
   ckptfs ls --json model.pt | head            the same, one JSON object a line
   ckptfs info model.pt                        sizes, parameter count, dtypes, format
   ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
+  ckptfs cat model.pt model.embed.weight | sha256sum      one tensor's bytes
+  ckptfs diff before.pt after.pt              which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                a directory of per-tensor files
   ckptfs umount /mnt/m
+  ckptfs convert model.pt model.safetensors   the tensors as one safetensors file (also --to npz, dir)
   ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
     "ls": """\
 examples:
@@ -57,17 +65,17 @@ examples:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
         rows = listed(ck)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
-        _write(lines)
+        write_text(lines)
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
         if not args.json:
-            _write(line + "\n" for line in overview(ck))
+            write_text(line + "\n" for line in overview(ck))
             return 0
         text = description_text(ck)
         if args.indent is not None:
@@ -75,20 +83,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 text = indented(text, args.indent, ck.limits.max_generated_bytes)
             except CkptfsError as exc:
                 raise exc.with_path(ck.path) from None
-        _write((text, "\n"))
+        write_text((text, "\n"))
     return 0
-
-
-def _write(texts: Iterable[str]) -> None:
-    """Writes to stdout; a failure (a full disk …) is a CkptfsError naming it. A closed pipe stays BrokenPipeError."""
-    try:
-        sys.stdout.writelines(texts)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        _discard_output()
-        raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
@@ -98,7 +94,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits)
+    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args))
     return 0
 
 
@@ -211,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
                                 title="commands", help="ckptfs COMMAND --help tells more")
     _add_reading_commands(sub)
+    convert = add_convert_command(sub)
+    _add_limit_option(convert, "command_limit")
+    _add_debug_option(convert)
     _add_mount_commands(sub)
     _lay_out_help(sub)
     return parser
@@ -218,34 +217,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_reading_commands(sub: Any) -> None:
     """``ls`` and ``info``."""
-    ls = sub.add_parser("ls", help="one line per tensor: its file in a mount, dtype, shape, size",
+    ls = sub.add_parser("ls", usage="%(prog)s [options] FILE", help="one line per tensor: its file in a mount, dtype, shape, size",
                         description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
                                     "of FILE shows it (relative to the mount's root), dtype, shape and size.")
-    ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
                          "nbytes")
     _add_limit_option(ls, "command_limit")
+    add_remote_options(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
                           description="An overview of FILE: total size, parameter count, dtypes, tensors and "
                                       "storages, format. With --json: the summary, every tensor's metadata (as its "
                                       "sidecar in a mount) and the whole object tree, as one JSON text.")
-    info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     info.add_argument("--json", action="store_true", help="machine-readable JSON instead of the overview")
     info.add_argument("--indent", type=_indent, metavar="N",
                       help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
     _add_limit_option(info, "command_limit")
+    add_remote_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
+    for command in (add_cat_parser(sub), add_diff_parser(sub)):
+        _add_limit_option(command, "command_limit")
+        _add_debug_option(command)
 
 
 def _add_mount_commands(sub: Any) -> None:
     """``mount``, ``umount`` and ``mounts``."""
     mnt = sub.add_parser(
-        "mount", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
+        "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
                     "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT",
@@ -254,7 +258,7 @@ def _add_mount_commands(sub: Any) -> None:
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
-    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file")
+    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file, or its URL (s3://, http(s)://, ...)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
@@ -273,6 +277,7 @@ def _add_mount_commands(sub: Any) -> None:
     mnt.add_argument("--multithreaded", action="store_true",
                      help="answer requests on several threads (default: one, which streams fastest)")
     _add_limit_option(mnt, "command_limit")
+    add_remote_options(mnt)
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
                             description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "
@@ -318,14 +323,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         _error(_limit_hint(str(exc), args.limits))
-        return 1
+        return getattr(args, "error_status", 1)
     except KeyboardInterrupt:
         if args.debug:
             raise
         _error("interrupted")
         return INTERRUPTED
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
         return 0
 
 
@@ -345,13 +350,6 @@ def _limit_hint(message: str, limits: Limits) -> str:
     return f"{message}; to allow more: --limit {name}=VALUE (now {current})"
 
 
-def _discard_output() -> None:
-    """After a closed pipe: what stdout still buffers goes nowhere, and exiting raises nothing more."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def run() -> NoReturn:
     """The ``ckptfs`` command: ``main``, then an exit that leaves the parsed checkpoint to the kernel.
 
@@ -363,9 +361,9 @@ def run() -> NoReturn:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _discard_output()
+        discard_output()
     except OSError as exc:
-        _discard_output()
+        discard_output()
         _error(f"writing the output: {exc.strerror or exc}")
         code = code or 1
     sys.stderr.flush()

@@ -47,6 +47,7 @@ def _tensors(frame: FrameType) -> str:
 def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
+    from ckptfs.cli.convert import cmd_convert, copy_status, write_npz, write_pieces
     from ckptfs.cli.info import description_text, indented
     from ckptfs.cli.listing import tensor_files
     from ckptfs.fs.layout import Layout
@@ -63,6 +64,9 @@ def _phases() -> dict[CodeType, Describe]:
         tensor_files.__code__: says("naming the files"),
         description_text.__code__: says("making the JSON description"),
         indented.__code__: says("laying out the JSON description"),
+        write_pieces.__code__: lambda frame: copy_status(frame.f_locals["copied"]),
+        write_npz.__code__: lambda frame: copy_status(frame.f_locals["copied"]),
+        cmd_convert.__code__: says("converting"),
     }
 
 

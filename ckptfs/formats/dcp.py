@@ -1,30 +1,28 @@
-"""torch.distributed.checkpoint (DCP) directories and their files, recognised by content (not read yet).
+"""The files of torch.distributed.checkpoint (DCP) directories, recognised by content.
 
 A DCP directory holds a ``.metadata`` pickle (``__<rank>.metadata`` ones when
 saved without collectives) whose root is a
 ``torch.distributed.checkpoint.metadata.Metadata``, and ``.distcp`` files that
 concatenate each item as a complete torch.save archive (spec
-``more-formats.md`` A.1–A.3). A ``.distcp`` of one item is a torch.save
-archive of that tensor and opens as one.
+``more-formats.md`` A.1–A.3). The directory is read by ``dcp_directory``; a
+file of it given alone is named here. A ``.distcp`` of one item is a
+torch.save archive of that tensor and opens as one.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 import struct
 
 from ckptfs.sources import ByteSource
 
 METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
-DIRECTORY = "a torch.distributed.checkpoint directory, which ckptfs does not read yet"
-METADATA_FILE = "the .metadata file of a torch.distributed.checkpoint directory, which ckptfs does not read yet"
+METADATA_FILE = "the .metadata file of a torch.distributed.checkpoint directory: mount the directory"
 DISTCP_FILE = "a single .distcp file of a torch.distributed.checkpoint directory: mount the directory"
 
 HEAD_BYTES = 4096
 """Bytes read from a file of a directory: a ``.metadata`` pickle names its class in its first hundred."""
 MAX_FILES = 4096
-"""Files of a directory looked at, the likely names first."""
+"""Files of a directory looked at for metadata, the likely names first."""
 TAIL_BYTES = 64 * 1024
 LOCAL_HEADER = struct.Struct("<4s22xHH")
 """A zip local header: its signature, then (after 22 bytes) the lengths of its name and extra field."""
@@ -52,37 +50,6 @@ def is_metadata_head(head: bytes) -> bool:
     except ValueError:  # ``head`` ends mid-pickle, or is not one
         return False
     return False
-
-
-def holds_metadata(directory: str) -> bool:
-    """Whether one of the directory's regular files (at most ``MAX_FILES``) is a DCP metadata pickle."""
-    try:
-        with os.scandir(directory) as entries:
-            names = [entry.name for _, entry in zip(range(MAX_FILES), entries) if _is_file(entry)]
-    except OSError:
-        return False
-    names.sort(key=lambda name: not name.endswith(".metadata"))
-    return any(is_metadata_head(_head(os.path.join(directory, name))) for name in names)
-
-
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
-
-
-def _head(path: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return b""
-    try:
-        return os.pread(fd, HEAD_BYTES, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
 
 
 def is_distcp(source: ByteSource) -> bool:

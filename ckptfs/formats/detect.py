@@ -1,7 +1,11 @@
 """Recognises a checkpoint's format by its content, never by its file name; names what other files are.
 
-Formats are tried from one table of probes (``FORMATS``): a new format is a
-module with an ``open(source, limits) -> ParsedCheckpoint`` and a row here.
+The tail is read first (``Prefetch``): a zip's end record there opens the
+archive without reading the head (a zip's head is among its records, read
+next anyway). Otherwise, or when that zip does not open and the file does not
+start like one, formats are tried from one table of probes on the head
+(``FORMATS``): a new format is a module with an ``open(opening, limits) ->
+ParsedCheckpoint`` and a row here.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, legacy, zip_checkpoint
+from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.formats.prefetch import Prefetch
+from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource
+from ckptfs.sources import ByteSource, SourceSet
 
-SNIFF_BYTES = 512
+HEAD_BYTES = legacy.FIRST_WINDOW
+"""The head read when the tail holds no zip end record: the legacy reader's first window of its pickles."""
 COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in b"123456789"),
               (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4")]
 """Magic numbers of compressed files (a checkpoint compressed whole must be decompressed to be read)."""
@@ -27,43 +34,52 @@ COMPRESSED = [(b"\x1f\x8b", "gzip"), *((b"BZh%c" % level, "bzip2") for level in 
 
 class Format(NamedTuple):
     name: str
-    probe: Callable[[ByteSource, bytes, Limits], bool]
-    """Whether the source, whose first ``SNIFF_BYTES`` are given, is this format's."""
-    open: Callable[[ByteSource, Limits], ParsedCheckpoint]
+    probe: Callable[[Prefetch, bytes, Limits], bool]
+    """Whether the source, whose head is given, is this format's."""
+    open: Callable[[Prefetch, Limits], ParsedCheckpoint]
 
 
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    head = source.read(0, min(source.size, SNIFF_BYTES))
-    if not head:
+    """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
+    if isinstance(source, SourceSet):
+        return dcp_directory.open_dcp(source, limits)
+    if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
+    opening = Prefetch(source)
+    if ends_with_records(opening.tail):
+        try:
+            return _open_zip(opening, limits)
+        except CkptfsError:
+            if opening.head(len(LOCAL_SIG)) == LOCAL_SIG:
+                raise
+    head = opening.head(HEAD_BYTES)
     for candidate in FORMATS:
-        if candidate.probe(source, head, limits):
-            return candidate.open(source, limits)
+        if candidate.probe(opening, head, limits):
+            return candidate.open(opening, limits)
     raise _not_a_checkpoint(head)
 
 
-def _open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    """A torch.save or TorchScript archive; a zip that is neither may be one file of a DCP directory."""
+def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
+    """A torch.save or TorchScript archive; a zip that is neither may be a torch.export archive (by its records)
+    or one file of a DCP directory."""
     try:
-        return zip_checkpoint.open_zip(source, limits)
-    except (CorruptCheckpointError, NotACheckpointError):
-        if dcp.is_distcp(source):
+        return zip_checkpoint.open_zip(opening, limits)
+    except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
+        parsed = pt2.open_if_pt2(opening, limits)
+        if parsed is not None:
+            return parsed
+        if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise
 
 
-def directory_error(path: str) -> CkptfsError:
-    """What to say when given a directory: a DCP checkpoint's (by a file's content) or any other."""
-    if dcp.holds_metadata(path):
-        return UnsupportedError(dcp.DIRECTORY, path)
-    return NotACheckpointError("a directory, not a checkpoint file", path)
-
-
 FORMATS = (
     Format("zip", zip_checkpoint.probe, _open_zip),
+    Format("tar", legacy_tar.probe, legacy_tar.open_tar),
     Format("legacy", legacy.probe, legacy.open_legacy),
 )
-"""Tried in order; zip covers torch.save archives and TorchScript."""
+"""Tried in order; zip covers torch.save archives, TorchScript and torch.export (.pt2) archives; tar, torch ≤ 0.3's
+checkpoints."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
@@ -74,8 +90,6 @@ def _not_a_checkpoint(head: bytes) -> Exception:
             return NotACheckpointError(f"{name}-compressed; decompress it first")
     if head.startswith(b"PYTORCH1"):
         return UnsupportedError("a pre-1.0 preview checkpoint (PYTORCH1), which torch itself refuses")
-    if len(head) > 262 and head[257:262] == b"ustar":
-        return UnsupportedError("a tar archive: TAR-format checkpoints of torch ≤ 0.3 are not supported")
     if len(head) >= 9 and int.from_bytes(head[:8], "little") < (1 << 30) and head[8:9] == b"{":
         return NotACheckpointError("a safetensors file, not a PyTorch checkpoint")
     if head.startswith(b"GGUF"):

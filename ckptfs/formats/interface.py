@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DType
-from ckptfs.model.records import Storage
+from ckptfs.model.records import Chunk, Storage, Tensor
 from ckptfs.pickle.values import Global, short_repr
 
 
@@ -16,12 +17,12 @@ class ParsedCheckpoint:
     """A container's parse: the object tree, its storages, and how a storage's stored bytes are reached.
 
     Formats whose storages need more than a ranged read of the source override
-    ``verify`` (framing to check before the first read) or ``inflate``
+    ``verify`` (framing to check before the first read) or ``read_inflated``
     (compressed records).
     """
 
     format: str
-    """``zip``, ``torchscript`` or ``legacy``."""
+    """``zip``, ``torchscript``, ``legacy``, ``tar`` or ``pt2``."""
     root: Any
     storages: list[Storage]
     byteorder: str = "little"
@@ -31,9 +32,13 @@ class ParsedCheckpoint:
     def verify(self, storage: Storage) -> None:
         """Checks the storage's framing in the source once, before its bytes are first used."""
 
-    def inflate(self, storage: Storage) -> bytes:
-        """The whole decompressed record of a compressed storage."""
+    def read_inflated(self, storage: Storage, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` of a compressed storage's decompressed record."""
         raise CorruptCheckpointError(f"storage {storage.key!r} is marked compressed in a {self.format} checkpoint")
+
+    def chunk_tensor(self, chunk: Chunk, dtype_name: str) -> Tensor:
+        """The tensor a chunk of a chunked tensor stores (its blob parsed once), checked to be ``dtype_name``."""
+        raise CorruptCheckpointError(f"a chunked tensor in a {self.format} checkpoint")
 
 
 def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str, int, Any]:
@@ -53,8 +58,20 @@ def storage_persistent_id(pid: Any, tuple_length: int) -> tuple[Global, str, str
 
 
 def shared_storage(storages: dict[str, Storage], key: str, dtype: DType, numel: int) -> Storage | None:
-    """The storage already met under ``key``, checked to have the size this reference declares."""
+    """The storage already met under ``key``, checked to have the size this reference declares.
+
+    torch caches only storages that hold bytes, so each reference to an empty storage keeps its own
+    dtype: such a reference under another dtype gets an alias of its own (a zero-byte view of the first).
+    """
     known = storages.get(key)
+    if known is not None and known.nbytes == 0 and numel == 0 and known.dtype is not dtype:
+        alias_key = f"{key}\0{dtype.name}"
+        alias = storages.get(alias_key)
+        if alias is None:
+            alias = dataclasses.replace(known, dtype=dtype, numel=0, base=known.base or known,
+                                        base_offset=known.base_offset)
+            storages[alias_key] = alias
+        return alias
     if known is not None and known.nbytes != numel * dtype.itemsize:
         raise CorruptCheckpointError(
             f"storage {key!r} is referenced with {known.nbytes} and {numel * dtype.itemsize} bytes"

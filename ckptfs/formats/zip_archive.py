@@ -1,10 +1,16 @@
 """A lazy reader of ZIP containers as written by torch's PyTorchStreamWriter.
 
-Opening reads the tail (end records and central directory) in one or two
-ranged reads. Small records are fetched in merged spans; storage data offsets
-are predicted with torch's alignment rule (spec §1.6) and verified against one
-local header, falling back to reading local headers for archives other tools
-re-zipped.
+Opening reads the tail (end records and central directory; a second read only
+for the part of a directory larger than the tail) and the pickles and small
+records in merged spans: two reads for a torch.save archive of any data size.
+Storage data offsets are computed with torch's alignment rule (spec §1.6),
+never by reading local headers, for every record whose place in the central
+directory shows torch's layout: its local header, padded to the alignment, and
+its data fill the space up to the next record exactly. Other records (archives
+other tools re-zipped) have their local header read at open. Each computed
+offset is checked against its local header before the record's bytes are first
+used (``check_local_header``), so a header that disagrees is an error, never
+wrong bytes.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
+from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource
 
 U32 = 0xFFFFFFFF
 U16 = 0xFFFF
@@ -35,8 +41,13 @@ CD_HEADER = struct.Struct("<4sHHHHHHIIIHHHHHII")
 EOCD = struct.Struct("<4sHHHHIIH")
 ZIP64_EOCD = struct.Struct("<4sQHHIIQQQQ")
 ZIP64_LOCATOR = struct.Struct("<4sIQI")
-TAIL_READ = 128 * 1024
 MERGE_GAP = 64 * 1024
+DESCRIPTOR_SIZES = (12, 16, 20, 24)
+"""A data descriptor: CRC and 4- or 8-byte sizes, with or without its signature (torch writes one after each
+record)."""
+BEFORE_DIRECTORY = 4096
+"""Read with the central directory when the tail misses them: torch puts its ``version`` records (and
+TorchScript its pickles) just before the directory."""
 STORED = 0
 DEFLATED = 8
 NOT_A_CHECKPOINT = "a zip archive, but not a torch.save checkpoint (no data.pkl)"
@@ -52,12 +63,17 @@ class ZipEntry:
     header_offset: int
     data_offset: int = -1
     """Absolute offset of the record's (possibly compressed) data; -1 until resolved."""
+    header_checked: bool = False
+    """Whether ``data_offset`` was read from (or checked against) the local header."""
+    crc: int = 0
+    """The central directory's CRC-32 (not checked: reads are ranged)."""
 
 
 class ZipArchive:
-    def __init__(self, source: ByteSource, limits: Limits = Limits()) -> None:
-        self.source = source
+    def __init__(self, opening: Prefetch, limits: Limits = Limits()) -> None:
+        self.source = opening.source
         self.limits = limits
+        self._opening: Prefetch | None = opening
         self.entries: dict[str, ZipEntry] = {}
         self._read_directory()
         self._by_offset = sorted(self.entries.values(), key=lambda e: e.header_offset)
@@ -70,13 +86,13 @@ class ZipArchive:
     # -- central directory -----------------------------------------------------
 
     def _read_directory(self) -> None:
-        size = self.source.size
-        if size < EOCD.size:
+        opening = self._reads()
+        if self.source.size < EOCD.size:
             raise CorruptCheckpointError("zip file too short for an end-of-central-directory record")
-        tail_start = max(0, size - TAIL_READ)
-        tail = self.source.read(tail_start, size - tail_start)
-        self._tail, self._tail_start = tail, tail_start
-        eocd_pos = self._find_eocd(tail)
+        tail, tail_start = opening.tail, opening.tail_start
+        eocd_pos = find_end_record(tail)
+        if eocd_pos < 0:
+            raise CorruptCheckpointError("no zip end-of-central-directory record")
         (_, disk, cd_disk, _, count, cd_size, cd_offset, _) = EOCD.unpack_from(tail, eocd_pos)
         if disk != 0 or cd_disk != 0:
             raise UnsupportedError("multi-disk zip archives are not supported")
@@ -86,7 +102,7 @@ class ZipArchive:
             _, _, z64_offset, _ = ZIP64_LOCATOR.unpack_from(tail, locator_pos)
             if z64_offset + ZIP64_EOCD.size > tail_start + locator_pos:
                 raise CorruptCheckpointError(f"zip64 end record offset {z64_offset} is past its locator")
-            record = self._bytes_at(z64_offset, ZIP64_EOCD.size)
+            record = opening.read(z64_offset, ZIP64_EOCD.size)
             fields = ZIP64_EOCD.unpack(record)
             if fields[0] != ZIP64_EOCD_SIG:
                 raise CorruptCheckpointError(f"no zip64 end-of-central-directory record at offset {z64_offset}")
@@ -99,34 +115,25 @@ class ZipArchive:
                 f"central directory ({cd_size} bytes at offset {cd_offset}) overruns the end records at {end_of_cd}"
             )
         self.cd_offset = cd_offset
-        directory = self._bytes_at(cd_offset, cd_size)
-        self._parse_directory(directory, count)
+        before = min(cd_offset, BEFORE_DIRECTORY)
+        if not opening.covers(cd_offset - before, cd_size + before):
+            opening.read(cd_offset - before, cd_size + before)
+        self._parse_directory(opening.read(cd_offset, cd_size), count)
 
-    @staticmethod
-    def _find_eocd(tail: bytes) -> int:
-        pos = len(tail)
-        while True:
-            pos = tail.rfind(EOCD_SIG, 0, pos)
-            if pos < 0:
-                raise CorruptCheckpointError("no zip end-of-central-directory record")
-            if pos + EOCD.size <= len(tail):
-                comment_length = struct.unpack_from("<H", tail, pos + 20)[0]
-                if pos + EOCD.size + comment_length == len(tail):
-                    return pos
+    def _reads(self) -> Prefetch:
+        assert self._opening is not None, "records and the directory are read while opening"
+        return self._opening
 
-    def _bytes_at(self, offset: int, length: int) -> bytes:
-        """Bytes of the source, from the tail already read when they lie in it."""
-        start = offset - self._tail_start
-        if start >= 0 and start + length <= len(self._tail):
-            return self._tail[start : start + length]
-        return self.source.read(offset, length)
+    def finish_opening(self) -> None:
+        """Drops the bytes read while opening; later reads go to the source."""
+        self._opening = None
 
     def _parse_directory(self, directory: bytes, count: int) -> None:
         pos = 0
         for _ in range(count):
             if pos + CD_HEADER.size > len(directory):
                 raise CorruptCheckpointError("central directory is truncated")
-            (sig, _, _, flags, method, _, _, _, csize, usize, name_len, extra_len, comment_len,
+            (sig, _, _, flags, method, _, _, crc, csize, usize, name_len, extra_len, comment_len,
              _, _, _, offset) = CD_HEADER.unpack_from(directory, pos)
             if sig != CD_SIG:
                 raise CorruptCheckpointError(f"bad central directory entry signature at entry offset {pos}")
@@ -147,7 +154,7 @@ class ZipArchive:
                 raise CorruptCheckpointError(
                     f"zip record {name!r} ({csize} bytes at offset {offset}) overruns the central directory"
                 )
-            self.entries[name] = ZipEntry(name, method, flags, csize, usize, offset)
+            self.entries[name] = ZipEntry(name, method, flags, csize, usize, offset, crc=crc)
             pos = end
         if pos != len(directory):
             raise CorruptCheckpointError(
@@ -194,9 +201,15 @@ class ZipArchive:
                 groups[-1].append(e)
             else:
                 groups.append([e])
+        opening = self._reads()
         for group in groups:
             start = group[0].header_offset
-            buffer = self._bytes_at(start, self._span_end(group[-1]) - start)
+            end = self._span_end(group[-1])
+            if not opening.covers(start, end - start):
+                # Reading on up to bytes already read costs no extra read and holds the records between
+                # (a TorchScript archive's code records, read next, lie between its pickles and the tail).
+                opening.read(start, (opening.known_start_after(end, MERGE_GAP) or end) - start)
+            buffer = opening.read(start, end - start)
             for e in group:
                 data_start = self._local_data_offset(buffer, e.header_offset - start, e) - start
                 e.data_offset = start + data_start
@@ -239,43 +252,43 @@ class ZipArchive:
             return data
         raise UnsupportedError(f"zip record {e.name!r} uses compression method {e.method}")
 
-    def read_compressed(self, e: ZipEntry) -> bytes:
-        """The whole inflated record (used for deflated storages of re-zipped files)."""
-        if e.data_offset < 0:
-            self.resolve_data_offsets([e], alignment=None)
-        return self._decode(e, self.source.read(e.data_offset, e.compressed_size))
-
     def resolve_data_offsets(self, entries: list[ZipEntry], alignment: int | None) -> None:
-        """Sets ``data_offset`` of each entry, by torch's alignment rule where it verifiably holds."""
-        pending = [e for e in entries if e.data_offset < 0]
-        if not pending:
-            return
-        if alignment is not None and self._alignment_rule_holds(pending[0], alignment):
-            for e in pending:
-                e.data_offset = predicted_data_offset(e.header_offset, len(e.name.encode("utf-8", "surrogateescape")),
-                                                      e.size, alignment)
-                if e.data_offset + e.compressed_size > self._next_header[e.name]:
-                    raise CorruptCheckpointError(f"zip record {e.name!r} overlaps the next record")
-            return
-        for e in pending:
-            header = self.source.read(e.header_offset, LOCAL_HEADER.size)
-            e.data_offset = self._local_data_offset(header, 0, e)
+        """Sets ``data_offset`` of each entry: computed where the directory shows torch's layout, else read from
+        its local header (one read each)."""
+        for e in entries:
+            if e.data_offset >= 0:
+                continue
+            computed = self._torch_data_offset(e, alignment) if alignment is not None else None
+            if computed is not None:
+                e.data_offset = computed
+            else:
+                header = self.source.read(e.header_offset, LOCAL_HEADER.size)
+                e.data_offset = self._local_data_offset(header, 0, e)
+                e.header_checked = True
             if e.data_offset + e.compressed_size > self._next_header[e.name]:
                 raise CorruptCheckpointError(f"zip record {e.name!r} overlaps the next record")
 
-    def _alignment_rule_holds(self, e: ZipEntry, alignment: int) -> bool:
+    def _torch_data_offset(self, e: ZipEntry, alignment: int) -> int | None:
+        """The data offset torch's writer gives ``e``, if its local header padded to the alignment, its data and
+        the data descriptor its flags announce exactly fill the space up to the next record."""
         name_len = len(e.name.encode("utf-8", "surrogateescape"))
         predicted = predicted_data_offset(e.header_offset, name_len, e.size, alignment)
-        header_len = predicted - e.header_offset
-        if header_len > LOCAL_HEADER.size + name_len + U16:
-            return False
-        header = self.source.read(e.header_offset, header_len)
-        try:
-            actual = self._local_data_offset(header, 0, e)
-        except CorruptCheckpointError:
-            return False
-        extra = header[LOCAL_HEADER.size + name_len :]
-        return actual == predicted and (extra[:2] == b"FB" or extra[:2] == b"\x01\x00")
+        if predicted - e.header_offset > LOCAL_HEADER.size + name_len + U16:
+            return None
+        trailer = self._next_header[e.name] - predicted - e.compressed_size
+        return predicted if trailer in (DESCRIPTOR_SIZES if e.flags & 8 else (0,)) else None
+
+    def check_local_header(self, e: ZipEntry) -> None:
+        """Checks, once, that the local header of ``e`` names it and puts its data where ``data_offset`` says."""
+        if e.header_checked:
+            return
+        header = self.source.read(e.header_offset, e.data_offset - e.header_offset)
+        name = e.name.encode("utf-8", "surrogateescape")
+        actual = self._local_data_offset(header, 0, e) if len(header) >= LOCAL_HEADER.size else -1
+        if actual != e.data_offset or header[LOCAL_HEADER.size : LOCAL_HEADER.size + len(name)] != name:
+            raise CorruptCheckpointError(f"local header of zip record {e.name!r} at offset {e.header_offset} "
+                                         f"disagrees with the central directory (data at offset {e.data_offset})")
+        e.header_checked = True
 
 
 def check_inflation(entry: ZipEntry, limits: Limits) -> None:
@@ -285,6 +298,26 @@ def check_inflation(entry: ZipEntry, limits: Limits) -> None:
         raise LimitExceededError(f"deflated record {entry.name!r} of {entry.compressed_size} bytes claims "
                                  f"{entry.size} bytes, more than {limits.max_pickle_inflation}x "
                                  f"(limit max_pickle_inflation)")
+
+
+def find_end_record(tail: bytes) -> int:
+    """Where the end-of-central-directory record starts in ``tail`` (the end of a file), or -1."""
+    pos = len(tail)
+    while pos > 0:
+        pos = tail.rfind(EOCD_SIG, 0, pos)
+        if pos < 0:
+            break
+        if pos + EOCD.size <= len(tail):
+            comment_length = struct.unpack_from("<H", tail, pos + 20)[0]
+            if pos + EOCD.size + comment_length == len(tail):
+                return pos
+    return -1
+
+
+def ends_with_records(tail: bytes) -> bool:
+    """Whether ``tail``, the end of a file, is a zip's end record announcing at least one record."""
+    pos = find_end_record(tail)
+    return pos >= 0 and EOCD.unpack_from(tail, pos)[4] != 0
 
 
 def predicted_data_offset(header_offset: int, name_len: int, size: int, alignment: int) -> int:

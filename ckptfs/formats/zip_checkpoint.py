@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
+from ckptfs.formats.deflate_index import DeflateIndex, DeflateIndexes
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
+from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
@@ -15,7 +17,6 @@ from ckptfs.model.dtypes import dtype_of_storage_class
 from ckptfs.model.records import Storage
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import PickledObject
-from ckptfs.sources import ByteSource
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
@@ -30,6 +31,9 @@ class _StorageTable:
         self.archive = archive
         self.directory = directory
         self.byteorder = byteorder
+        # skip_data reserves a storage's record and gives it CRC-32 0, which no n ≥ 1 bytes of zeros have.
+        # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
+        self.crcs_computed = archive.entries[archive.prefix + "data.pkl"].crc != 0
         self.storages: dict[str, Storage] = {}
 
     def persistent_load(self, pid: Any) -> Storage:
@@ -54,17 +58,18 @@ class _StorageTable:
         if entry.method not in (STORED, DEFLATED):
             raise UnsupportedError(f"record {record!r} uses compression method {entry.method}")
         storage.compressed = entry.method == DEFLATED
+        storage.written = not (self.crcs_computed and entry.size and entry.crc == 0)
         self.storages[key] = storage
         return storage
 
 
-def probe(source: ByteSource, head: bytes, limits: Limits) -> bool:
+def probe(opening: Prefetch, head: bytes, limits: Limits) -> bool:
     """A zip archive's first local header (its prefix and records are checked on opening)."""
     return head.startswith(b"PK\x03\x04")
 
 
-def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
-    archive = ZipArchive(source, limits)
+def open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
+    archive = ZipArchive(opening, limits)
     if archive.entry("archive_format") is not None:
         raise UnsupportedError("torch.export (.pt2) archives are not supported")
     is_torchscript = archive.entry("constants.pkl") is not None
@@ -93,6 +98,7 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     archive.resolve_data_offsets(entries, alignment)
     for storage, entry in zip(storages, entries):
         storage.offset = entry.data_offset
+    archive.finish_opening()
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
@@ -101,6 +107,8 @@ def open_zip(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
         "format_version": _text(records.get(".format_version")),
         "version": _text(records.get("version") or records.get(".data/version")),
     }
+    if any(not storage.written for storage in storages):
+        details["skip_data"] = True
     return ZipParsed("torchscript" if is_torchscript else "zip", root, storages, byteorder, details,
                      archive=archive, limits=limits)
 
@@ -110,12 +118,24 @@ class ZipParsed(ParsedCheckpoint):
     archive: ZipArchive = field(kw_only=True)
     limits: Limits = field(kw_only=True)
 
-    def inflate(self, storage: Storage) -> bytes:
+    indexes: DeflateIndexes = field(default_factory=DeflateIndexes, kw_only=True)
+
+    def verify(self, storage: Storage) -> None:
+        """Checks the record's local header against the data offset computed at open."""
+        self.archive.check_local_header(self.archive.entries[self.archive.prefix + storage.record])
+
+    def read_inflated(self, storage: Storage, offset: int, length: int) -> bytes:
         entry = self.archive.entries[self.archive.prefix + storage.record]
         if entry.size > self.limits.max_inflated_bytes:
             raise LimitExceededError(f"deflated record {entry.name!r} of {entry.size} bytes exceeds "
                                      f"{self.limits.max_inflated_bytes} (limit max_inflated_bytes)")
-        return self.archive.read_compressed(entry)
+
+        def make() -> DeflateIndex:
+            if entry.data_offset < 0:
+                self.archive.resolve_data_offsets([entry], alignment=None)
+            return DeflateIndex(self.archive.source, entry.name, entry.data_offset, entry.compressed_size, entry.size)
+
+        return self.indexes.get(entry.name, make).read(offset, length)
 
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:

@@ -15,9 +15,10 @@ import sys
 from typing import Any, Callable, TypeVar
 
 from ckptfs.errors import LimitExceededError
+from ckptfs.fs.npy import npy_dtype
 from ckptfs.model.encoding import encode_key, encode_leaf, has_surrogates
 from ckptfs.model.jsontext import dumps, scalar_text
-from ckptfs.model.records import NestedTensor, SparseTensor, Tensor, Trail
+from ckptfs.model.records import Chunk, NestedTensor, SparseTensor, Storage, Tensor, Trail
 from ckptfs.model.trails import key_lists
 from ckptfs.model.tree import children, is_container
 from ckptfs.pickle.values import PickledObject
@@ -25,6 +26,16 @@ from ckptfs.reading.extents import source_ranges
 
 RECURSION_LIMIT = 20_000
 """Enough for trees as deep as ``max_tree_depth``'s default allows, many times over."""
+
+
+def _npy_field(tensor: Tensor) -> dict[str, str] | None:
+    """What the tensor's ``NAME.npy`` holds (``fs.npy``): its numpy dtype, and the true dtype when those are raw
+    bits; None when there is no ``.npy``."""
+    found = npy_dtype(tensor)
+    if found is None:
+        return None
+    descr, raw = found
+    return {"descr": descr, "raw_bits_of": tensor.dtype.name} if raw else {"descr": descr}
 
 
 def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
@@ -49,6 +60,7 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
         "is_parameter": tensor.is_parameter,
         "kind": tensor.kind,
         "has_data": tensor.has_data,
+        "npy": _npy_field(tensor),
     }
     if tensor.conj or tensor.neg:
         meta["conj"], meta["neg"] = tensor.conj, tensor.neg
@@ -74,9 +86,38 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
             "nbytes": storage.nbytes,
             "offset": storage.offset if storage.inline_data is None else None,
             "compressed": storage.compressed,
+            "written": storage.written,
         }
         meta["source_ranges"] = source_ranges(tensor)
+    if tensor.chunks is not None:
+        meta["chunks"] = [_chunk_metadata(chunk) for chunk in tensor.chunks]
+        meta["source_ranges"] = source_ranges(tensor)
     return meta
+
+
+def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
+    """A chunk of a chunked tensor: its box in the tensor, and the torch.save archive in a file holding it."""
+    meta: dict[str, Any] = {"offsets": list(chunk.offsets), "sizes": list(chunk.sizes), "file": chunk.file,
+                            "range": [chunk.start, chunk.start + chunk.length]}
+    if chunk.transforms:
+        meta["transforms"] = list(chunk.transforms)
+    return meta
+
+
+def storage_metadata(storage: Storage) -> dict[str, Any]:
+    """Where one storage's bytes are in the source: what a pass filling a ``skip_data`` file needs."""
+    return {
+        "key": storage.key,
+        "record": storage.record,
+        "dtype": storage.dtype.name,
+        "location": storage.location,
+        "numel": storage.numel,
+        "nbytes": storage.nbytes,
+        "offset": storage.offset if storage.inline_data is None else None,
+        "compressed": storage.compressed,
+        "written": storage.written,
+        "view_of": storage.base.key if storage.base is not None else None,
+    }
 
 
 def _tensor_ref(tensor: Tensor | None) -> dict[str, Any] | None:

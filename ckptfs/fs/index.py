@@ -9,13 +9,15 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.files import container_kind
 from ckptfs.fs.names import INDEX_NAME
 from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.npy import npy_dtype
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.views import SIDECAR_SUFFIX
+from ckptfs.fs.views import NPY_SUFFIX, SCALES_SUFFIX, SIDECAR_SUFFIX, ZERO_POINTS_SUFFIX
+from ckptfs.fs.zarr import ZARR_DIR
 from ckptfs.model.encoding import encode_leaf, key_text
 from ckptfs.model.jsontext import dumps, quote, scalar_text
 from ckptfs.model.records import Tensor
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 INLINE_VALUE_BYTES = 256
 """Value files up to this size have their value in the index too (longer ones: read the file)."""
 
@@ -32,6 +34,8 @@ class Tree(Protocol):
 
     def value_size(self, value: Any) -> int: ...
 
+    def safetensors_paths(self) -> list[str]: ...
+
 
 def make_index(layout: Tree) -> bytearray:
     """One pre-order pass over the tree: tensors (in pickle order) and every other entry, a JSON object a line.
@@ -46,7 +50,7 @@ def make_index(layout: Tree) -> bytearray:
     ck = layout.checkpoint
     budget = ck.limits.max_generated_bytes
     head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors)}
+            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(), "zarr": ZARR_DIR}
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
     tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
     entries = bytearray()
@@ -79,9 +83,14 @@ def make_index(layout: Tree) -> bytearray:
             shape = shape_texts.get(tensor.shape)
             if shape is None:
                 shape = shape_texts[tensor.shape] = dumps(list(tensor.shape))
+            quantization = tensor.quantization
+            channels = "" if quantization is None or quantization.scales is None else (
+                f'"q_scales": {folder_text}{name[:-1]}{SCALES_SUFFIX}", '
+                f'"q_zero_points": {folder_text}{name[:-1]}{ZERO_POINTS_SUFFIX}", ')
             tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {layout.paths.path_text(tensor.trail)}, '
                         f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{SIDECAR_SUFFIX}", '
-                        f'"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
+                        f'{f""""npy": {folder_text}{name[:-1]}{NPY_SUFFIX}", """ if npy_dtype(tensor) else ""}'
+                        f'{channels}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
                         f'"nbytes": {tensor.nbytes}}},\n').encode()
             continue
         line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {quote(node.name)}'

@@ -18,6 +18,9 @@ What the mount shows
 * An object met again (the same tensor or container reachable twice, or a
   cycle) is shown once, at its first path in pickle order; every later
   occurrence is a relative symlink to it (a tensor's sidecar too).
+* ``model.safetensors`` at the root and in each of the root's directories
+  holding a tensor: their tensors in one safetensors file, see ``fs.safetensors``.
+* ``/.zarr/``: the tree as a zarr v3 hierarchy, see ``fs.zarr``; not listed in the root.
 * ``/.ckptfs/index.json`` lists every tensor (``path``: its keys as the Python
   API gives them; ``file`` and ``sidecar``: paths relative to the mount root)
   and every other entry (directories, values, links). Each tensor and entry
@@ -31,8 +34,9 @@ What the mount shows
 Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
 
 Inode numbers are stable across mounts of the same file: each container gets
-a block of numbers in walk order, four per child (the entry, its sidecar and
-two for later views).
+a block of numbers in walk order, eight per child (the entry, its sidecar, its
+``.npy``, a per-channel quantized tensor's ``NAME.q_scales`` and ``NAME.q_zero_points``, three for later
+views; a directory's second is its ``model.safetensors``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,11 @@ from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_name
 from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
+from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
+from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import views
+from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
+from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
 from ckptfs.model.tree import children, is_container
@@ -55,9 +63,12 @@ from ckptfs.model.tree import children, is_container
 ROOT_INO = 1
 CONTROL_DIR_INO = 2
 INDEX_INO = 3
+SAFETENSORS_INO = 4
+"""The root's ``model.safetensors`` (another directory's is the directory's number plus one: a free view slot)."""
 FIRST_BLOCK_INO = 16
-SLOTS = 4
-"""Inode numbers per child: the entry and its views (``fs.views``: the sidecar, two kept for later views)."""
+SLOTS = 8
+"""Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, a per-channel
+quantized tensor's scales and zero points, three kept for later views)."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
 DIR_CACHE_SIZE = 4096
@@ -79,6 +90,8 @@ class Layout:
         self._block: dict[int, int] = {}
         """Each container's first inode number (``SLOTS`` per child), by its id."""
         self._dirs: dict[str, Dir] = {}
+        self._holding_tensors: set[int] = set()
+        """The root's children with a tensor below them (at its first place): each has a ``model.safetensors``."""
         self._walk(top)
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
@@ -89,7 +102,9 @@ class Layout:
         self._index: bytearray | None = None
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.views = views(self.paths)
+        self.views = views(self.paths, checkpoint.extents)
+        self._safetensors: dict[int, SafetensorsFile] = {}
+        """Each ``model.safetensors`` made so far, by its inode number."""
 
     def _walk(self, top: Any) -> None:
         """Finds each shared object's first place and gives each container its inode block.
@@ -98,14 +113,17 @@ class Layout:
         found is the path ``Checkpoint`` gives the tensor.
         """
         next_block = FIRST_BLOCK_INO
-        stack: list[tuple[Any, Any, int]] = [(top, None, -1)]
+        # Each entry's last element is the root's child it is under (None for the root): which of them hold tensors.
+        stack: list[tuple[Any, Any, int, Any]] = [(top, None, -1, None)]
         home, kids, block = self._first_place, self._children_of, self._block
         while stack:
-            value, parent, index = stack.pop()
+            value, parent, index, branch = stack.pop()
             if id(value) in home:
                 continue
             home[id(value)] = (parent, index)
             if not is_container(value):
+                if branch is not None:
+                    self._holding_tensors.add(id(branch))
                 continue
             pairs = children(value)
             kids[id(value)] = pairs
@@ -114,7 +132,7 @@ class Layout:
             for position in range(len(pairs) - 1, -1, -1):
                 child = pairs[position][1]
                 if (isinstance(child, Tensor) or is_container(child)) and id(child) not in home:
-                    stack.append((child, value, position))
+                    stack.append((child, value, position, child if parent is None else branch))
 
     # -- navigation ------------------------------------------------------------
 
@@ -169,6 +187,10 @@ class Layout:
         return directory.children
 
     def _build(self, directory: Dir) -> None:
+        if isinstance(directory, ZarrDir):
+            found = mirror_entries(directory, [] if directory.array else self.children(directory.mirrors))
+            directory.listing, directory.entries = found, {node.name: node for node in found}
+            return
         container = directory.value
         pairs = self._children_of[id(container)]
         base = self._block[id(container)]
@@ -176,7 +198,9 @@ class Layout:
         listing: list[Node] = []
         kids: list[Node] = []
         if directory is self.root:
-            entries[CONTROL_DIR] = self.control
+            # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
+            mirror = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
+            entries[CONTROL_DIR], entries[ZARR_DIR] = self.control, mirror
             listing.append(self.control)
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
@@ -187,13 +211,45 @@ class Layout:
             kids.append(node)
             if isinstance(child, Tensor):
                 kind = Kind.VIEW if node.kind is Kind.TENSOR else Kind.VIEW_LINK
-                for view in self.views:
+                for view in (v for v in self.views if v.shows(child)):
                     shown = ViewNode(node.ino + view.slot, kind, name + view.suffix, directory, key, child, view)
                     entries[shown.name] = shown
                     listing.append(shown)
+        if self._has_safetensors(directory):
+            ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
+            bundle = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, container)
+            entries[SAFETENSORS_NAME] = bundle
+            listing.append(bundle)
         directory.listing = listing
         directory.children = kids
         directory.entries = entries
+
+    def _has_safetensors(self, directory: Dir) -> bool:
+        """The root (holding any tensor) and each of its children holding one have a ``model.safetensors``."""
+        if directory is self.root:
+            return bool(self.checkpoint.tensors)
+        return directory.parent is self.root and id(directory.value) in self._holding_tensors
+
+    def safetensors(self, node: Node) -> SafetensorsFile:
+        """The ``model.safetensors`` a ``BUNDLE`` node shows, made on first use."""
+        made = self._safetensors.get(node.ino)
+        if made is None:
+            with self._lock, gc_paused():
+                tree = MemberTree(lambda container: self._children_of[id(container)], self._is_first_place)
+                found, left_out = members(node.value, tree)
+                ck = self.checkpoint
+                made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
+                self._safetensors[node.ino] = made
+        return made
+
+    def _is_first_place(self, child: Any, container: Any, position: int) -> bool:
+        return self._first_place[id(child)] == (container, position)
+
+    def safetensors_paths(self) -> list[str]:
+        """Where the ``model.safetensors`` files are, relative to the mount root."""
+        tops = [self.root, *(child for child in self.children(self.root) if isinstance(child, Dir))]
+        return [SAFETENSORS_NAME if top is self.root else f"{self.path_of(top)}/{SAFETENSORS_NAME}"
+                for top in tops if self._has_safetensors(top)]
 
     def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
         if not (isinstance(child, Tensor) or is_container(child)):
@@ -226,6 +282,8 @@ class Layout:
         return "/".join(reversed(names)) or "."
 
     def link_target(self, node: Node) -> str:
+        if isinstance(node, ZarrLink):
+            return self.link_target(node.mirrors)
         target = self.node_of(node.value)
         here = _ancestry(node.parent)
         there = _ancestry(target)
@@ -260,11 +318,15 @@ class Layout:
             return 0
         if kind is Kind.LINK or kind is Kind.VIEW_LINK:
             return len(self.link_target(node).encode("utf-8"))
+        if kind is Kind.BUNDLE:
+            return self.safetensors(node).size
+        if kind is Kind.ZARR_CHUNK:
+            return node.value.nbytes  # type: ignore[no-any-return]
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
         if kind is Kind.VALUE:
             return self.value_size(node.value)
-        return len(self.index_bytes())
+        return len(self.content(node))
 
     def value_size(self, value: Any) -> int:
         """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
@@ -289,6 +351,10 @@ class Layout:
             return tensor_pieces(tensor, self.checkpoint.extents(tensor) if tensor.nbytes else None)
         if isinstance(node, ViewNode):
             return node.view.pieces(node.value)
+        if node.kind is Kind.BUNDLE:
+            return self.safetensors(node).pieces(self.checkpoint.extents)
+        if node.kind is Kind.ZARR_CHUNK:
+            return tensor_pieces(node.value, self.checkpoint.extents(node.value))
         return [Literal(self.content(node))]
 
     def content(self, node: Node) -> bytes | bytearray:
@@ -302,6 +368,8 @@ class Layout:
             return value_bytes(node.value)
         if node.kind is Kind.INDEX:
             return self.index_bytes()
+        if node.kind is Kind.ZARR:
+            return zarr_document(node)
         raise ValueError(f"{node.kind.value} entries have no generated content")
 
     def index_bytes(self) -> bytearray:
@@ -310,6 +378,7 @@ class Layout:
             if self._index is None:
                 self._index = make_index(self)
             return self._index
+
 
 def _ancestry(node: Node | None) -> list[Node]:
     """The nodes from the root down to ``node``, both included."""

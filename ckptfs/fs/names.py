@@ -10,8 +10,8 @@ container (``child_names``):
   each of their UTF-8 bytes: ``%``, ``/``, control characters (NUL, newline,
   ESC …, DEL) and lone surrogates; and also
     - a leading ``.``: ``.``, ``..`` and ``.hidden`` become ``%2E``, ``%2E.``, ``%2Ehidden``;
-    - the ``.`` of a reserved suffix ``.json``, ``.npy``, ``.safetensors``:
-      key ``config.json`` is ``config%2Ejson``;
+    - the ``.`` of a reserved suffix ``.json``, ``.q_scales``, ``.q_zero_points``, ``.npy``,
+      ``.safetensors``: key ``config.json`` is ``config%2Ejson``;
     - the first character of a key that is an int's name when the same
       container also has that int key: beside int ``7``, str ``'7'`` is
       ``%37``; alone it is ``7`` (a TorchScript ``nn.Sequential``'s
@@ -32,8 +32,8 @@ in a dict or object the int key if the container has it, else the str key
 
 Names beginning with ``.`` and names ending in a reserved suffix never come
 from keys, so ckptfs' own entries cannot collide with them: ``NAME.json``
-sidecars, ``/.ckptfs/``, and — reserved for views to come — ``NAME.npy`` next
-to each tensor and ``/model.safetensors``.
+sidecars, ``NAME.npy`` views, a per-channel quantized tensor's ``NAME.q_scales``
+and ``NAME.q_zero_points``, ``model.safetensors``, ``/.ckptfs/`` and ``/.zarr/``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ckptfs.model.records import Key
 
 CONTROL_DIR = ".ckptfs"
 INDEX_NAME = "index.json"
-RESERVED_SUFFIXES = (".json", ".npy", ".safetensors")
+RESERVED_SUFFIXES = (".json", ".q_scales", ".q_zero_points", ".npy", ".safetensors")
 ROOT_VALUE_NAME = "%root"
 MAX_NAME_BYTES = 240
 CUT_NAME_BYTES = 200

@@ -19,6 +19,12 @@ class Kind(enum.Enum):
     VIEW_LINK = "view_link"
     """A view of a linked tensor: a link to that view of the tensor's file."""
     INDEX = "index"
+    ZARR = "zarr"
+    """A ``zarr.json`` below ``/.zarr`` (``fs.zarr``)."""
+    ZARR_CHUNK = "zarr_chunk"
+    """An array's chunk below ``/.zarr``: its tensor's bytes."""
+    BUNDLE = "bundle"
+    """A file of many tensors: a directory's ``model.safetensors`` (``fs.safetensors``)."""
 
 
 class Node:

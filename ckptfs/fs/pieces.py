@@ -9,10 +9,13 @@ adapter may hand over without copying: FUSE as file-descriptor buffers).
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Union
 
 from ckptfs.model.records import Tensor
 from ckptfs.reading.extents import Extent
+
+if TYPE_CHECKING:
+    from ckptfs.checkpoint import Checkpoint
 
 
 class Literal(NamedTuple):
@@ -80,8 +83,34 @@ class Content:
         return parts
 
 
+def part_bytes(checkpoint: Checkpoint, part: Part) -> bytes:
+    """The bytes of one part: a source read, a read of the tensor's logical bytes, or a slice of literal bytes.
+
+    Every adapter reads files through here (FUSE for what it cannot hand over as a file descriptor)."""
+    return bytes(piece_bytes(part.piece, checkpoint.read, part.start, part.length))
+
+
+def read_content(checkpoint: Checkpoint, content: Content, offset: int, size: int) -> bytes:
+    """Bytes ``[offset, offset + size)`` of a file (fewer at its end), read from the pieces that hold them."""
+    parts = content.cover(offset, size)
+    if len(parts) == 1:
+        return part_bytes(checkpoint, parts[0])
+    return b"".join(part_bytes(checkpoint, part) for part in parts)
+
+
 def tensor_pieces(tensor: Tensor, extents: list[Extent] | None) -> list[Piece]:
     """A tensor file's pieces: its stored extents when it has them, else its logical bytes to be gathered."""
     if extents is not None:
         return [SourceBytes(extent) for extent in extents]
     return [TensorBytes(tensor, 0, tensor.nbytes)]
+
+
+def piece_bytes(piece: Piece, read: Callable[[Tensor, int, int], bytes], start: int = 0,
+                length: int | None = None) -> bytes | bytearray:
+    """``length`` bytes of a piece from ``start`` (to its end by default); ``read`` is ``Checkpoint.read``."""
+    count = piece.length - start if length is None else length
+    if isinstance(piece, Literal):
+        return piece.data[start : start + count]
+    if isinstance(piece, TensorBytes):
+        return read(piece.tensor, piece.offset + start, count)
+    return piece.extent.source.read(piece.extent.offset + start, count)

@@ -44,7 +44,8 @@ def _family(tensor: Tensor) -> tuple[Any, ...] | None:
         return None
     return (tensor.dtype.name, tensor.shape, tensor.stride, tensor.storage_offset, tensor.requires_grad,
             tensor.is_parameter, tensor.kind, tensor.conj, tensor.neg, tensor.type_name,
-            storage.dtype.name, storage.location, storage.numel, storage.byteorder, storage.compressed)
+            storage.dtype.name, storage.location, storage.numel, storage.byteorder, storage.compressed,
+            storage.written)
 
 
 @dataclass

@@ -1,27 +1,40 @@
-"""Views: the files shown beside each tensor, one row of ``views`` each (today the ``NAME.json`` sidecar).
+"""Views: the files shown beside a tensor, one row of ``views`` each: ``NAME.json`` (every tensor), ``NAME.npy``
+(every tensor numpy can hold), and a per-channel quantized tensor's ``NAME.q_scales`` and ``NAME.q_zero_points``.
 
 A view has a name suffix (reserved: no key's name ends with it), a slot in the
-tensor's block of inode numbers, and makes its files' sizes (in bulk: a listing
-needs every one) and contents (as pieces). A new view is a class here and a row
-in ``views``.
+tensor's block of inode numbers, says which tensors it is shown beside, and
+makes its files' sizes (in bulk: a listing needs every one) and contents (as
+pieces). A new view is a class here and a row in ``views``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
+from ckptfs.fs.npy import npy_dtype, npy_header
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.pieces import Literal, Piece
+from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.model.records import Tensor
+from ckptfs.reading.extents import Extent
 
 SIDECAR_SUFFIX = ".json"
+SCALES_SUFFIX = ".q_scales"
+ZERO_POINTS_SUFFIX = ".q_zero_points"
+NPY_SUFFIX = ".npy"
+NPY_HEADERS = 4096
+"""``.npy`` headers remembered by dtype and shape (a model has few distinct shapes)."""
+
+Extents = Callable[[Tensor], "list[Extent] | None"]
+"""``Checkpoint.extents``: where a tensor's bytes are stored as they are."""
 
 
 class View(Protocol):
     suffix: str
     slot: int
     """The file's inode number is the tensor entry's plus this (1 … ``SLOTS`` − 1)."""
+
+    def shows(self, tensor: Tensor) -> bool: ...
 
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]: ...
 
@@ -37,6 +50,9 @@ class SidecarView:
     def __init__(self, paths: PathTexts) -> None:
         self.maker = SidecarMaker(paths)
 
+    def shows(self, tensor: Tensor) -> bool:
+        return True
+
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
         return self.maker.sizes(tensors)
 
@@ -44,6 +60,69 @@ class SidecarView:
         return [Literal(self.maker(tensor))]
 
 
-def views(paths: PathTexts) -> tuple[View, ...]:
+class NpyView:
+    """``NAME.npy``: numpy's header for the tensor (``fs.npy``) followed by the tensor file's bytes."""
+
+    suffix = NPY_SUFFIX
+    slot = 2
+
+    def __init__(self, extents: Extents) -> None:
+        self._extents = extents
+        self._headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+    def shows(self, tensor: Tensor) -> bool:
+        return npy_dtype(tensor) is not None
+
+    def header(self, tensor: Tensor) -> bytes:
+        found = npy_dtype(tensor)
+        assert found is not None, "no .npy for this tensor"
+        key = (found[0], tensor.shape)
+        header = self._headers.get(key)
+        if header is None:
+            if len(self._headers) >= NPY_HEADERS:
+                self._headers.clear()
+            header = self._headers[key] = npy_header(*key)
+        return header
+
+    def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
+        return [len(self.header(tensor)) + tensor.nbytes for tensor in tensors]
+
+    def pieces(self, tensor: Tensor) -> list[Piece]:
+        data = tensor_pieces(tensor, self._extents(tensor)) if tensor.nbytes else []
+        return [Literal(self.header(tensor)), *data]
+
+
+class QuantizationTensorView:
+    """``NAME.q_scales`` (float64) or ``NAME.q_zero_points`` (int64) of a per-channel quantized tensor: the
+    bytes of ``t.q_per_channel_scales()`` or ``t.q_per_channel_zero_points()``, one element per channel."""
+
+    def __init__(self, extents: Extents, suffix: str, slot: int, part: str) -> None:
+        self._extents = extents
+        self.suffix = suffix
+        self.slot = slot
+        self.part = part
+
+    def _part(self, tensor: Tensor) -> Tensor | None:
+        q = tensor.quantization
+        return getattr(q, self.part) if q is not None else None
+
+    def shows(self, tensor: Tensor) -> bool:
+        return self._part(tensor) is not None
+
+    def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
+        return [self._tensor(t).nbytes for t in tensors]
+
+    def pieces(self, tensor: Tensor) -> list[Piece]:
+        part = self._tensor(tensor)
+        return tensor_pieces(part, self._extents(part) if part.nbytes else None)
+
+    def _tensor(self, tensor: Tensor) -> Tensor:
+        part = self._part(tensor)
+        assert part is not None, "shown only beside per-channel quantized tensors"
+        return part
+
+
+def views(paths: PathTexts, extents: Extents) -> tuple[View, ...]:
     """The views of one layout, in listing order after each tensor."""
-    return (SidecarView(paths),)
+    return (SidecarView(paths), NpyView(extents), QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
+            QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))

@@ -37,6 +37,7 @@ from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_d
 from ckptfs.fuse.unmount import run_unmount, unmount
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
+from ckptfs.sources import RemoteOptions, is_url
 
 __all__ = ["MountOptions", "mount", "unmount"]
 
@@ -50,8 +51,9 @@ READ_AHEAD_KB = 1024
 Notify = Callable[[], None]
 
 
-def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits()) -> None:
-    """Mounts ``source`` read-only at ``mountpoint``.
+def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits(),
+          remote: RemoteOptions = RemoteOptions()) -> None:
+    """Mounts ``source`` (a path or a URL, reached as ``remote`` says) read-only at ``mountpoint``.
 
     Returns once the mount answers; in the foreground, once it is unmounted again.
     Raises CkptfsError (MountError for mount problems) with nothing left mounted.
@@ -63,7 +65,7 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
     try:
-        checkpoint, layout = _parse(source, limits)
+        checkpoint, layout = _parse(source, limits, remote)
     except BaseException:
         if log_fd is not None:
             os.close(log_fd)
@@ -87,9 +89,9 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
             os.close(log_fd)
 
 
-def _parse(source: str, limits: Limits) -> tuple[Checkpoint, Layout]:
+def _parse(source: str, limits: Limits, remote: RemoteOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
-        checkpoint = open_checkpoint(os.path.abspath(source), limits)
+        checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote)
         try:
             layout = Layout(checkpoint)
             check_fuse()

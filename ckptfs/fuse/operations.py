@@ -27,7 +27,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import CkptfsError, SourceError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs.pieces import Content, Part, SourceBytes, TensorBytes
+from ckptfs.fs.pieces import Content, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.sources import SourceStat
 
@@ -265,12 +265,8 @@ class CheckpointFS:
             if isinstance(piece, SourceBytes) and (fd := piece.extent.source.fileno()) is not None:
                 _check_not_truncated(fd, piece.extent.offset + part.start, part.length)
                 buffers.append((fd, piece.extent.offset + part.start, part.length))
-            elif isinstance(piece, SourceBytes):
-                buffers.append(piece.extent.source.read(piece.extent.offset + part.start, part.length))
-            elif isinstance(piece, TensorBytes):
-                buffers.append(self.checkpoint.read(piece.tensor, piece.offset + part.start, part.length))
             else:
-                buffers.append(bytes(piece.data[part.start : part.start + part.length]))
+                buffers.append(part_bytes(self.checkpoint, part))
         return buffers
 
     def release(self, path: str, handle: int) -> int:

@@ -8,16 +8,17 @@ helpers. Names outside this table stay inert :class:`PickledObject` nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import re
 from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
-from ckptfs.model.dtypes import DType, dtype_by_name
+from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
 from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
-from ckptfs.pickle.values import Global, Handler, PickledObject, short_repr
+from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62
@@ -211,7 +212,7 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
             result.is_parameter = True
         else:
             result.type_name = cls.qualname
-    if not result.has_data and _has_content(state):
+    if result.kind == "no_data" and _has_content(state):
         # A wrapper subclass (DTensor…) keeps its real tensors in its state.
         return PickledObject(cls, (), state=state)
     return result
@@ -232,6 +233,13 @@ def _has_content(state: Any) -> bool:
 
 def _rebuild_from_type(args: tuple[Any, ...]) -> Any:
     return _rebuild_from_type_v2(args)
+
+
+def _rebuild_njt(args: tuple[Any, ...]) -> Any:
+    """``torch.nested``'s jagged tensor: its keyword arguments name its component tensors."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        raise _corrupt("_rebuild_njt takes one dict of constructor arguments")
+    return NestedTensor({k: v for k, v in args[0].items() if isinstance(v, Tensor)})
 
 
 def _rebuild_sparse(args: tuple[Any, ...]) -> Any:
@@ -290,6 +298,66 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     return make_tensor(storage, 0, array.shape, stride, dtype, args[3])
 
 
+class LegacyTensor(Tensor, Buildable):
+    """``torch.Tensor()`` or ``torch.FloatTensor()`` made empty, then given its data by ``BUILD``.
+
+    Older torch pickled a tensor this way; torch still loads it through ``Tensor.__setstate__``: a
+    state ``(storage, storage_offset, size, stride)`` views the storage, ``(data, _, hooks,
+    requires_grad, _)`` is an old ``Variable`` and ``(requires_grad, _, hooks)`` sets the flag alone.
+    """
+
+    __slots__ = ("class_dtype",)
+
+    def apply_state(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (3, 4, 5):
+            raise _corrupt(f"a legacy tensor's state {short_repr(state)} is not a 3, 4 or 5-tuple")
+        if len(state) == 4:
+            storage = _storage(state[0])
+            dtype = DTYPES["uint8"] if storage.dtype.name == "untyped" else storage.dtype
+            if self.class_dtype is not None and dtype is not self.class_dtype:
+                raise _corrupt(f"legacy tensor class of dtype {self.class_dtype.name} is set to a storage of "
+                               f"dtype {dtype.name}")
+            self._adopt(make_tensor(storage, state[1], state[2], state[3], dtype))
+        elif len(state) == 5:
+            if not isinstance(state[0], Tensor):
+                raise _corrupt(f"a legacy Variable's data is {short_repr(state[0])}, not a tensor")
+            self._adopt(state[0])
+            self.requires_grad = bool(state[3])
+        else:
+            self.requires_grad = bool(state[0])
+
+    def _adopt(self, other: Tensor) -> None:
+        for item in dataclasses.fields(Tensor):
+            if item.name != "trail":
+                setattr(self, item.name, getattr(other, item.name))
+
+
+def _legacy_tensor_class(cls: Global, dtype: DType | None) -> Handler:
+    """A tensor class called to make an empty tensor (``dtype`` None: ``torch.Tensor``, of any storage's dtype)."""
+
+    def construct(args: tuple[Any, ...]) -> Any:
+        if args:
+            return PickledObject(cls, args)
+        shown = dtype or DTYPES["float32"]
+        empty = Storage("empty", shown, "cpu", 0, "pickle", inline_data=b"")
+        tensor = LegacyTensor(shown, (0,), (1,), 0, empty)
+        tensor.class_dtype = dtype
+        return tensor
+
+    return construct
+
+
+def _parameter(args: tuple[Any, ...]) -> Any:
+    """``Parameter(data[, requires_grad])`` called directly (NEWOBJ), as torch's loader allows."""
+    if not args or len(args) > 2 or not isinstance(args[0], Tensor):
+        return PickledObject(Global("torch.nn.parameter", "Parameter"), args)
+    args[0].is_parameter = True
+    args[0].requires_grad = bool(args[1]) if len(args) == 2 else True
+    return args[0]
+
+
+_LEGACY_TENSOR_CLASSES = ("Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool")
+
 _TORCH_UTILS: dict[str, Handler] = {
     "_rebuild_tensor": _rebuild_tensor,
     "_rebuild_tensor_v2": _rebuild_tensor_v2,
@@ -310,6 +378,12 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     **{("torch._utils", name): h for name, h in _TORCH_UTILS.items()},
     ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
     ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
+    ("torch.nested._internal.nested_tensor", "_rebuild_njt"): _rebuild_njt,
+    **{(m, "Tensor"): _legacy_tensor_class(Global(m, "Tensor"), None) for m in ("torch", "torch._tensor")},
+    **{(m, f"{name}Tensor"): _legacy_tensor_class(Global(m, f"{name}Tensor"),
+                                                  dtype_of_storage_class("torch", f"{name}Storage"))
+       for name in _LEGACY_TENSOR_CLASSES for m in ("torch", "torch.cuda")},
+    ("torch.nn.parameter", "Parameter"): _parameter,
     **VALUE_HANDLERS,
 }
 

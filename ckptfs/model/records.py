@@ -44,6 +44,8 @@ class Storage:
     byteorder: str = "little"
     compressed: bool = False
     """The record is deflated: ``offset`` points at compressed bytes."""
+    written: bool = True
+    """False for a record ``torch.serialization.skip_data`` reserved without writing its bytes."""
     inline_data: bytes | None = None
     """Bytes held in the pickle itself (numpy-backed device tensors)."""
     base: Storage | None = None
@@ -89,6 +91,8 @@ class Tensor:
     """The Python class when not a plain Tensor/Parameter (e.g. a tensor subclass)."""
     trail: Trail = None
     """Where this tensor was first met (see ``path``)."""
+    chunks: list[Chunk] | None = None
+    """For a tensor stored in pieces (a torch.distributed.checkpoint item): the pieces; ``storage`` is None."""
 
     @property
     def path(self) -> tuple[Key, ...]:
@@ -112,7 +116,7 @@ class Tensor:
 
     @property
     def has_data(self) -> bool:
-        return self.kind == "dense" and self.storage is not None
+        return self.kind == "dense" and (self.storage is not None or self.chunks is not None)
 
     @property
     def byteorder(self) -> str:
@@ -133,7 +137,33 @@ class Tensor:
 
     @property
     def device(self) -> str:
+        if self.chunks is not None:
+            return "cpu"
         return self.storage.location if self.storage is not None else "meta"
+
+
+@dataclass(eq=False, slots=True)
+class Chunk:
+    """A box of a chunked tensor, stored as a tensor of its own in a complete torch.save archive (a blob)
+    at ``[start, start+length)`` of the file ``file``.
+
+    The box is ``offsets``/``sizes`` in the whole tensor; its elements are in C
+    order within the box. ``tensor`` is the blob's tensor record once the blob
+    is parsed (on first read), with its own size, stride and storage offset.
+    """
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    file: str
+    start: int
+    length: int
+    transforms: tuple[str, ...] = ()
+    """Encodings of the blob, outermost last (``stream.zstd/1``)."""
+    tensor: Tensor | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
 
 
 @dataclass(eq=False, slots=True)

@@ -8,9 +8,10 @@ layer serves them as file-descriptor buffers and the sidecar lists them as
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import Callable, NamedTuple
 
-from ckptfs.model.records import Tensor
+from ckptfs.model.records import Chunk, Tensor
 from ckptfs.sources import ByteSource
 
 
@@ -37,7 +38,38 @@ def stored_extents(tensor: Tensor) -> list[Extent] | None:
     return [Extent(storage.source, start, tensor.nbytes)]
 
 
-def source_ranges(tensor: Tensor) -> list[list[int]] | None:
-    """``[[start, end], …]``: the stored extents as the sidecar shows them."""
+def chunk_extents(tensor: Tensor, resolve: Callable[[Chunk], Tensor]) -> list[Extent] | None:
+    """A chunked tensor's logical bytes as stored extents of its chunks, when its chunks are consecutive runs of
+    it (a split along its leading dimensions, as ``Shard(0)`` makes) stored as they are; else None.
+
+    ``resolve`` gives a chunk's own tensor (its blob parsed and checked)."""
+    assert tensor.chunks is not None
+    strides = [math.prod(tensor.shape[i + 1:]) for i in range(len(tensor.shape))]
+    runs = sorted(((sum(map(int.__mul__, c.offsets, strides)), c) for c in tensor.chunks if c.numel),
+                  key=lambda run: run[0])
+    position, extents = 0, []
+    for start, chunk in runs:
+        if start != position or not _is_run(chunk, tensor.shape):
+            return None
+        stored = stored_extents(resolve(chunk))
+        if stored is None:
+            return None
+        extents.extend(stored)
+        position += chunk.numel
+    return extents if position == tensor.numel else None
+
+
+def _is_run(chunk: Chunk, shape: tuple[int, ...]) -> bool:
+    """Whether the box is one run of the tensor's C order: whole along every dimension after its first
+    partial one, and one element wide along every dimension before it."""
+    partial = [i for i, (size, whole) in enumerate(zip(chunk.sizes, shape)) if size != whole]
+    return not partial or all(size == 1 for size in chunk.sizes[: partial[-1]])
+
+
+def source_ranges(tensor: Tensor) -> list[list[int]] | list[list[str | int]] | None:
+    """``[[start, end], …]``: the stored extents as the sidecar shows them. A chunked tensor's are
+    ``[[file, start, end], …]``: each chunk's archive in the file that holds it, in chunk order."""
+    if tensor.chunks is not None:
+        return [[c.file, c.start, c.start + c.length] for c in tensor.chunks]
     extents = stored_extents(tensor)
     return None if extents is None else [[e.offset, e.offset + e.length] for e in extents]

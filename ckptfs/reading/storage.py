@@ -17,8 +17,6 @@ class StorageReader:
         self.source = source
         self.parsed = parsed
         self._verified: set[int] = set()
-        self._inflated: dict[int, bytes] = {}
-        """The last record inflated: reads of one compressed tensor come in a row."""
         self._lock = threading.Lock()
 
     def read(self, storage: Storage, offset: int, length: int) -> bytes:
@@ -28,8 +26,8 @@ class StorageReader:
             return storage.inline_data[offset : offset + length]
         self.verify(storage)
         if storage.compressed:
-            return self._inflate(storage)[offset : offset + length]
-        return self.source.read(storage.offset + offset, length)
+            return self.parsed.read_inflated(storage, offset, length)
+        return (storage.source or self.source).read(storage.offset + offset, length)
 
     def verify(self, storage: Storage) -> None:
         """The format's framing check of ``storage``, the first time it is asked for."""
@@ -38,11 +36,3 @@ class StorageReader:
         self.parsed.verify(storage)
         with self._lock:
             self._verified.add(id(storage))
-
-    def _inflate(self, storage: Storage) -> bytes:
-        data = self._inflated.get(id(storage))
-        if data is None:
-            data = self.parsed.inflate(storage)
-            with self._lock:
-                self._inflated = {id(storage): data}
-        return data

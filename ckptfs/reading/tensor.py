@@ -27,6 +27,10 @@ def read_tensor(reader: StorageReader, tensor: Tensor, offset: int = 0, size: in
     end = nbytes if size is None else min(nbytes, offset + max(size, 0))
     if offset >= end:
         return b""
+    if tensor.chunks is not None:
+        from ckptfs.reading.chunks import read_chunked
+
+        return read_chunked(reader, tensor, offset, end, read_tensor)
     storage = tensor.storage
     assert storage is not None
     es = tensor.itemsize

@@ -1,4 +1,4 @@
-"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory; URLs to come).
+"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory, a URL).
 
 ``open_source`` turns what a user names into a source. Everything above this
 package reads through ``ByteSource``: a size and positioned reads.
@@ -9,23 +9,30 @@ from __future__ import annotations
 import os
 import re
 
-from ckptfs.errors import UnsupportedError
-from ckptfs.sources.base import ByteSource, SourceStat
+from ckptfs.sources.base import ByteSource, SourceStat, tail_hint
+from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
+from ckptfs.sources.remote import RemoteOptions, open_remote
+from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "LocalFileSource", "SourceStat", "open_source"]
+__all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "RemoteOptions", "SourceSet",
+           "SourceStat", "WindowSource", "is_url", "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def open_source(target: str | os.PathLike[str]) -> ByteSource:
-    """The source a path or URL names; ``file://`` URLs are local paths."""
+def is_url(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` is a URL other than ``file://`` (a local path otherwise)."""
     name = os.fspath(target)
-    match = _URL.match(name)
-    if match is None:
+    return _URL.match(name) is not None and not name.lower().startswith("file://")
+
+
+def open_source(target: str | os.PathLike[str], remote: RemoteOptions = RemoteOptions()) -> ByteSource:
+    """The source a path or URL names; ``file://`` URLs are local paths; ``remote`` configures URLs."""
+    name = os.fspath(target)
+    if _URL.match(name) is None:
         return LocalFileSource(name)
-    scheme = match.group()[:-3].lower()
-    if scheme == "file":
+    if name.lower().startswith("file://"):
         return LocalFileSource(name[len("file://"):])
-    raise UnsupportedError(f"{scheme}:// sources are not supported yet", name)
+    return open_remote(name, remote)

@@ -43,3 +43,14 @@ class ByteSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+TAIL_HINT = "tail_hint"
+"""Optional attribute of a source: how many bytes at its end one read fetches as cheaply as a few (a remote
+source's suffix request at open holds them). Opening a checkpoint reads at least that much of the tail first."""
+
+
+def tail_hint(source: ByteSource) -> int:
+    """The source's ``tail_hint``, 0 when it declares none (any read is cheap: a local file)."""
+    hint = getattr(source, TAIL_HINT, 0)
+    return hint if type(hint) is int and hint > 0 else 0

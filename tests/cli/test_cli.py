@@ -190,7 +190,7 @@ def test_bad_limits_are_refused(tmp_path: Path, value: str, reason: str) -> None
 
 
 LIMIT_DEFAULTS = {
-    "max_pickle_bytes": "256MiB", "max_pickle_inflation": "100", "max_inflated_bytes": "256MiB",
+    "max_pickle_bytes": "256MiB", "max_pickle_inflation": "100", "max_inflated_bytes": "1TiB",
     "max_memo_entries": "10M", "max_stack_depth": "10M", "max_zip_entries": "2M", "max_tensors": "5M",
     "max_tree_nodes": "20M", "max_tree_depth": "1000", "max_key_bytes": "64MiB", "max_generated_bytes": "128MiB",
 }

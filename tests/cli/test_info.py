@@ -15,12 +15,12 @@ from corpus import CORPUS_NAMES, CorpusFile, save_zip
 import ckptfs
 from ckptfs import LimitExceededError, Limits
 from ckptfs.cli.info import description_text, indented, summary
-from ckptfs.fs.describe import encode_tree, json_text, tensor_metadata
+from ckptfs.fs.describe import encode_tree, json_text, storage_metadata, tensor_metadata
 
 
 def plain_description(ck: ckptfs.Checkpoint) -> str:
-    return json_text({**summary(ck), "tensors": [tensor_metadata(t) for t in ck.tensors],
-                      "tree": encode_tree(ck.root)})
+    return json_text({**summary(ck), "storages": [storage_metadata(s) for s in ck.storages],
+                      "tensors": [tensor_metadata(t) for t in ck.tensors], "tree": encode_tree(ck.root)})
 
 
 @pytest.mark.parametrize("name", CORPUS_NAMES)

@@ -96,7 +96,7 @@ NOT_CHECKPOINTS: dict[str, tuple[Callable[[Path], None], type[CkptfsError], str]
     "zstd": (lambda p: p.write_bytes(ZSTD_EMPTY_FRAME), NotACheckpointError, "^zstd-compressed; decompress it first$"),
     "plain_zip": (lambda p: _zip(p, ["README.txt", "docs/a.txt"]), NotACheckpointError,
                   "^a zip archive, but not a torch.save checkpoint \\(no data.pkl\\)$"),
-    "tar": (_tar, UnsupportedError, "a tar archive"),
+    "tar": (_tar, NotACheckpointError, "^a tar archive, but not a torch ≤ 0.3 checkpoint \\(no 'storages' member\\)$"),
     "preview": (lambda p: p.write_bytes(b"PYTORCH1" + bytes(32)), UnsupportedError, "PYTORCH1"),
     "empty_zip": (lambda p: _zip(p, []), NotACheckpointError, "an empty zip archive"),
     "zip_without_pickle": (lambda p: _zip(p, ["model/weights.bin"]), NotACheckpointError,
@@ -107,8 +107,8 @@ NOT_CHECKPOINTS: dict[str, tuple[Callable[[Path], None], type[CkptfsError], str]
                            "zip record 'data.pkl' is not inside an archive directory"),
     "zip_mixed_prefixes": (lambda p: _zip(p, ["a/data.pkl", "b/version"]), CorruptCheckpointError,
                            "zip record 'b/version' is outside the archive directory 'a/'"),
-    "torch_export": (lambda p: write_raw_archive(p, b"\x80\x02N.", {"archive_format": b"pt2"}), UnsupportedError,
-                     "torch.export"),
+    "torch_export": (lambda p: write_raw_archive(p, b"\x80\x02N.", {"archive_format": b"pt2"}),
+                     CorruptCheckpointError, "^a torch.export archive without any models/<name>.json$"),
     "directory": (lambda p: p.mkdir(), NotACheckpointError, "^a directory, not a checkpoint file$"),
     "directory_of_files": (_directory_of_files, NotACheckpointError, "^a directory, not a checkpoint file$"),
     "missing": (lambda p: None, SourceError, "cannot open: No such file or directory"),
@@ -168,19 +168,28 @@ def dcp_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"dcp": base / "dcp", "per_rank": base / "per_rank", "renamed": renamed, "one_item": base / "one_item"}
 
 
+@pytest.mark.parametrize("kind", ["dcp", "per_rank", "renamed"])
+def test_a_dcp_directory_is_recognised_by_content(dcp_files: dict[str, Path], kind: str) -> None:
+    """Renamed files too: the metadata pickle is found by its first global, not by its name."""
+    if kind == "renamed":
+        for file in dcp_files["renamed"].iterdir():  # chunks name their files: only the metadata may be renamed
+            if file.name == "part1.bin":
+                file.rename(file.with_name("__0_0.distcp"))
+    with ckptfs.open(dcp_files[kind]) as ck:
+        assert ck.format == "dcp" and ck.root["step"] == 7
+        assert ck.read(ck.tensor(("nested", "b"))) == torch.ones(2, dtype=torch.int16).numpy().tobytes()
+        assert ck.read(ck.tensor(("w",))) == torch.arange(6.0).numpy().tobytes()
+    if kind == "renamed":
+        (dcp_files["renamed"] / "__0_0.distcp").rename(dcp_files["renamed"] / "part1.bin")
+
+
 DCP_CASES: dict[str, tuple[Callable[[dict[str, Path]], Path], type[CkptfsError], str]] = {
-    "directory": (lambda d: d["dcp"], UnsupportedError,
-                  "^a torch.distributed.checkpoint directory, which ckptfs does not read yet$"),
-    "directory_per_rank_metadata": (lambda d: d["per_rank"], UnsupportedError,
-                                    "^a torch.distributed.checkpoint directory, which ckptfs does not read yet$"),
-    "directory_of_renamed_files": (lambda d: d["renamed"], UnsupportedError,
-                                   "^a torch.distributed.checkpoint directory, which ckptfs does not read yet$"),
     "distcp": (lambda d: d["dcp"] / "__0_0.distcp", NotACheckpointError,
                "^a single .distcp file of a torch.distributed.checkpoint directory: mount the directory$"),
     "distcp_renamed": (lambda d: d["renamed"] / "part1.bin", NotACheckpointError,
                        "^a single .distcp file of a torch.distributed.checkpoint directory: mount the directory$"),
     "metadata": (lambda d: d["dcp"] / ".metadata", UnsupportedError,
-                 "^the .metadata file of a torch.distributed.checkpoint directory, which ckptfs does not read yet$"),
+                 "^the .metadata file of a torch.distributed.checkpoint directory: mount the directory$"),
     "per_rank_metadata": (lambda d: d["per_rank"] / "__0.metadata", UnsupportedError,
                           "^the .metadata file of a torch.distributed.checkpoint directory"),
 }

@@ -148,8 +148,8 @@ def test_tree_names_links_and_sidecars(tmp_path: Path) -> None:
                     tmp_path / "t.pt")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
-        assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w%2Ejson", "7", "%37",
-                                               "epoch"]
+        assert _names(layout, layout.root) == [CONTROL_DIR, "a", "b", "w", "w.json", "w.npy", "w%2Ejson",
+                                               "7", "%37", "epoch", "model.safetensors"]
         assert layout.content(layout.lookup("/7")) == b"int\n"  # type: ignore[arg-type]
         assert layout.content(layout.lookup("/%37")) == b"str\n"  # type: ignore[arg-type]
         b = layout.lookup("/b")
@@ -241,10 +241,12 @@ def test_root_that_is_a_tensor(tmp_path: Path) -> None:
     path = save_zip(torch.arange(4, dtype=torch.int32), tmp_path / "t.pt")
     with ckptfs.open(path) as ck:
         layout = Layout(ck)
-        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + SIDECAR_SUFFIX]
+        assert _names(layout, layout.root) == [CONTROL_DIR, ROOT_VALUE_NAME, ROOT_VALUE_NAME + SIDECAR_SUFFIX,
+                                                             ROOT_VALUE_NAME + ".npy", "model.safetensors"]
         index = json.loads(layout.index_bytes())
         assert index["tensors"] == [{"id": 1, "parent": 0, "path": [], "file": ROOT_VALUE_NAME,
-                                     "sidecar": ROOT_VALUE_NAME + SIDECAR_SUFFIX, "dtype": "int32", "shape": [4],
+                                     "sidecar": ROOT_VALUE_NAME + SIDECAR_SUFFIX, "npy": ROOT_VALUE_NAME + ".npy",
+                                     "dtype": "int32", "shape": [4],
                                      "nbytes": 16}]
         assert index["entries"] == [{"id": 0, "name": "", "kind": "dir"}]
 
@@ -267,7 +269,11 @@ def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name:
     with ckptfs.open(corpus[name].path) as ck:
         layout = Layout(ck)
         index = json.loads(layout.index_bytes())
-        assert index["ckptfs_index"] == 2
+        assert index["ckptfs_index"] == 3
+        assert index["safetensors"][:1] == (["model.safetensors"] if ck.tensors else [])
+        for path in index["safetensors"]:
+            node = layout.lookup("/" + path)
+            assert node is not None and node.kind is Kind.BUNDLE
         assert index["tensor_count"] == len(ck.tensors) == len(index["tensors"])
         files = files_by_id(index)
         assert sorted(files) == list(range(len(files)))
@@ -276,6 +282,9 @@ def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name:
             node = layout.lookup("/" + listed["file"])
             assert node is not None and node.value is tensor and node.kind is Kind.TENSOR
             assert layout.lookup("/" + listed["sidecar"]) is not None
+            npy = layout.lookup("/" + listed["npy"]) if "npy" in listed else None
+            assert (npy is not None) == (json.loads(layout.content(layout.lookup("/" + listed["sidecar"])))["npy"]
+                                         is not None)
         root = index["entries"][0]
         assert root["id"] == 0 and "parent" not in root and root["kind"] == index_kind(ck.root)
         for entry in index["entries"][1:]:
@@ -311,9 +320,9 @@ def test_sidecar_families_know_every_field() -> None:
     """SidecarMaker groups tensors by what their metadata holds: a new field must be placed in or out."""
     assert [f.name for f in dataclasses.fields(Tensor)] == [
         "dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind",
-        "conj", "neg", "quantization", "type_name", "trail"]
+        "conj", "neg", "quantization", "type_name", "trail", "chunks"]
     assert [f.name for f in dataclasses.fields(Storage)] == [
-        "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed",
+        "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed", "written",
         "inline_data", "base", "base_offset", "source"]
 
 

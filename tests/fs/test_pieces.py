@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import ctypes
+import io
+from pathlib import Path
 
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptfs.fs.pieces import Content, Literal, Part
+import ckptfs
+from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, TensorBytes, read_content
 from ckptfs.fuse import bindings as libfuse
+from ckptfs.reading.extents import Extent
+from ckptfs.sources import BytesSource
 
 
 @given(st.lists(st.binary(max_size=40), max_size=6), st.integers(0, 300), st.integers(0, 300),
@@ -42,3 +48,17 @@ def test_a_bufvec_holds_its_buffers_in_order() -> None:
     finally:
         libfuse._free(bufs[1].mem)
         libfuse._free(address)
+
+
+def test_read_content_reads_each_kind_of_piece_for_the_range_asked(tmp_path: Path) -> None:
+    """Literal bytes, a source extent and a gathered tensor range, read as one file's bytes."""
+    t = torch.arange(12, dtype=torch.int16).reshape(3, 4)
+    buffer = io.BytesIO()
+    torch.save({"t": t.t()}, buffer)
+    ck = ckptfs.open(BytesSource(buffer.getvalue()))
+    tensor = ck.tensors[0]
+    other = BytesSource(b"0123456789")
+    content = Content([Literal(b"HEAD"), SourceBytes(Extent(other, 2, 5)), TensorBytes(tensor, 4, 20)])
+    whole = b"HEAD" + b"23456" + t.t().contiguous().numpy().tobytes()[4:]
+    for offset, size in [(0, 100), (2, 5), (6, 9), (9, 3), (28, 10), (29, 1)]:
+        assert read_content(ck, content, offset, size) == whole[offset : offset + size]

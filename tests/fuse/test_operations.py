@@ -13,6 +13,7 @@ import ckptfs
 from ckptfs import Limits
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir
+from ckptfs.fs.pieces import piece_bytes
 from ckptfs.fuse import operations as fuse_ops
 
 
@@ -74,3 +75,25 @@ def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_
         assert sizes[long_name] == 12
         for name in ("a.json", "z.json"):
             assert sizes[name] == len(layout.content(layout.lookup("/" + name))) > 0
+
+
+def test_a_read_across_a_views_header_is_one_answer_with_its_data_as_fd_ranges(tmp_path: Path) -> None:
+    """model.safetensors and .npy: the header as bytes, each stored tensor as a file-descriptor range."""
+    w, v = torch.randn(8, 4), torch.arange(6, dtype=torch.int16)
+    with ckptfs.open(save_zip({"w": w, "v": v, "t": w.t()}, tmp_path / "v.pt")) as ck:
+        layout = Layout(ck)
+        fs = fuse_ops.CheckpointFS(ck, layout)
+        for name in ("/model.safetensors", "/w.npy"):
+            opened = fs._open(name, layout.lookup(name))  # type: ignore[arg-type]
+            assert opened.fd < 0  # several pieces: answered from them
+            buffers = fs._buffers(opened.content.cover(0, opened.content.size))
+            fd = ck.source.fileno()
+            ranges = [b for b in buffers if isinstance(b, tuple)]
+            assert isinstance(buffers[0], bytes) and ranges and all(b[0] == fd for b in ranges)
+            data = b"".join(b if isinstance(b, bytes) else ck.source.read(b[1], b[2]) for b in buffers)
+            node = layout.lookup(name)
+            assert node is not None
+            assert data == b"".join(piece_bytes(piece, ck.read) for piece in layout.pieces(node))
+        stored = [b for b in fs._buffers(fs._open("/model.safetensors", layout.lookup("/model.safetensors"))
+                                         .content.cover(0, 1 << 20)) if isinstance(b, tuple)]  # type: ignore[arg-type]
+        assert sorted(length for _, _, length in stored) == sorted([v.nbytes, w.nbytes])  # t is gathered

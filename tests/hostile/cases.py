@@ -12,6 +12,7 @@ import io
 import json
 import re
 import struct
+import tarfile
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -145,6 +146,26 @@ def reads(expected: dict[tuple, bytes] | None = None, error: type[CkptfsError] |
             try:
                 ck.read(tensor, 0, 1 << 16)
             except error as exc:
+                assert re.search(reason, exc.reason), exc.reason
+                assert exc.path == ck.path
+            else:
+                raise AssertionError(f"reading {tensor.path} did not fail")
+
+    return check
+
+
+def reads_but(record: str, reason: str) -> Callable[[ckptfs.Checkpoint], None]:
+    """Tensors of storage ``record`` fail to read with CorruptCheckpointError for ``reason``; every other reads."""
+
+    def check(ck: ckptfs.Checkpoint) -> None:
+        assert any(t.storage is not None and t.storage.record == record for t in ck.tensors)
+        for tensor in ck.tensors:
+            if tensor.storage is None or tensor.storage.record != record:
+                ck.read(tensor, 0, 1 << 16)
+                continue
+            try:
+                ck.read(tensor, 0, 1 << 16)
+            except CorruptCheckpointError as exc:
                 assert re.search(reason, exc.reason), exc.reason
                 assert exc.path == ck.path
             else:
@@ -598,6 +619,34 @@ case("shape_dag", "tensor", lambda env: _tensor_zip(size=_dag(lambda x: x + x + 
      r"tensor size entry must be an integer, got tuple")
 case("shape_stride_rank_mismatch", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(1)),
      CorruptCheckpointError, r"tensor size \(2, 2\) and stride \(1,\) differ in rank")
+
+
+def _built_tensor(state: bytes, cls: str = "Tensor") -> bytes:
+    """Older torch's encoding: ``torch.<cls>()`` given its data by BUILD."""
+    return zip_checkpoint(pickle(call(glob("torch", cls)) + state + BUILD), {"0": FLOATS})
+
+
+FLOAT_STORAGE = storage_pid("FloatStorage", "0", 4)
+case("built_tensor_past_its_storage", "tensor", lambda env: _built_tensor(tup(FLOAT_STORAGE, i(1), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor of size \(4,\), stride \(1,\), offset 1 \(float32\) needs 20 bytes")
+case("built_tensor_state_not_a_storage", "tensor", lambda env: _built_tensor(tup(s("0"), i(0), ints(4), ints(1))),
+     CorruptCheckpointError, r"tensor storage must be a storage reference, got str")
+case("built_tensor_wrong_class", "tensor",
+     lambda env: _built_tensor(tup(FLOAT_STORAGE, i(0), ints(4), ints(1)), "LongTensor"),
+     CorruptCheckpointError, r"legacy tensor class of dtype int64 is set to a storage of dtype float32")
+case("built_tensor_state_dict", "tensor", lambda env: _built_tensor(dct((s("a"), i(1)))),
+     CorruptCheckpointError, r"a legacy tensor's state \{'a': 1\} is not a 3, 4 or 5-tuple")
+case("built_tensor_variable_of_itself", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + put(0) + tup(get(0), b"N", b"N", b"\x88", b"N")
+                                       + BUILD)), check=reads({(): b""}))
+case("built_tensor_twice", "tensor",
+     lambda env: zip_checkpoint(pickle(call(glob("torch", "Tensor")) + tup(FLOAT_STORAGE, i(0), ints(4), ints(1))
+                                       + BUILD + tup(FLOAT_STORAGE, i(2), ints(2), ints(1)) + BUILD), {"0": FLOATS}),
+     check=reads({(): FLOATS[8:]}))
+case("empty_storage_under_every_dtype", "tensor",
+     lambda env: zip_checkpoint(pickle(lst(*(tensor_v2(storage_pid(cls, "0", 0), i(0), ints(0), ints(1))
+                                              for cls in ("FloatStorage", "ByteStorage", "LongStorage") * 1000))),
+                                {"0": b""}), check=bounded(3000))
 case("stride_negative", "tensor", lambda env: _tensor_zip(size=ints(4), stride=ints(-1)), CorruptCheckpointError,
      r"tensor stride \(-1,\) has a negative entry")
 case("stride_overflow", "tensor", lambda env: _tensor_zip(size=ints(2, 2), stride=ints(2**62, 1)),
@@ -830,13 +879,25 @@ case("zip_overlapping_records_torch", "container",
      CorruptCheckpointError, r"overlaps the next record|no local header")
 case("zip_local_header_bad_signature", "container",
      lambda env: b"XX" + _small_zip()[2:], NotACheckpointError, r"not a PyTorch checkpoint \(starts with bytes 58 58")
+# Data offsets are computed from the central directory; each local header is checked on its record's first read.
 case("zip_local_header_first_storage_bad", "container",
      lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/0"),
                         "<I", 0),
-     CorruptCheckpointError, r"no local header at offset \d+ for zip record 'zip_state/data/0'")
+     check=reads_but("data/0", r"no local header at offset \d+ for zip record 'zip_state/data/0'"))
 case("zip_local_header_later_storage_bad", "container",
      lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/3"),
-                        "<I", 0), check=reads())
+                        "<I", 0), check=reads_but("data/3", r"no local header at offset \d+"))
+case("zip_local_header_moves_the_data", "container",
+     lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/1") + 28,
+                        "<H", 4),
+     check=reads_but("data/1", r"local header of zip record 'zip_state/data/1' at offset \d+ disagrees with the "
+                               r"central directory \(data at offset \d+\)"))
+case("zip_local_header_names_another_record", "container",
+     lambda env: _patch(env.seeds["zip_state.pt"], _local_offset(env.seeds["zip_state.pt"], "zip_state/data/2") + 30
+                        + len("zip_state/data/"), "<B", ord("7")),
+     check=reads_but("data/2", r"local header of zip record 'zip_state/data/2' .* disagrees"))
+case("zip_cd_offset_past_eof_torch", "container", _cd_field("zip_state/data/3", 42, "<I", 0xFFFFFF00, "zip_state.pt"),
+     CorruptCheckpointError, r"zip record 'zip_state/data/3' \(\d+ bytes at offset 4294967040\) overruns the central")
 case("zip_duplicate_name", "container",
      lambda env: _zip_raw([("a/data.pkl", pickle(TENSOR)), ("a/data/0", FLOATS), ("a/data/0", FLOATS[::-1])]),
      CorruptCheckpointError, r"duplicate zip record 'a/data/0'")
@@ -887,7 +948,11 @@ case("zip_deflated_pickle_size_lie", "container", _deflated_pickle(declared=100)
 case("zip_deflated_pickle_corrupt", "container", _deflated_pickle(corrupt=True), CorruptCheckpointError,
      r"zip record 'archive/data\.pkl' does not inflate")
 case("zip_deflated_storage_size_lie", "container", lambda env: _deflated_storage(2**31, b"\0" * 100),
-     check=reads(error=LimitExceededError, reason=r"deflated record 'archive/data/0' of 2147483648 bytes exceeds"))
+     check=reads(error=CorruptCheckpointError,
+                 reason=r"zip record 'archive/data/0' of \d+ deflated bytes cannot inflate to the 2147483648"))
+case("zip_deflated_storage_short", "container",
+     lambda env: _deflated_storage(100_000, bytes((n * n * 7919) % 251 for n in range(1000))),
+     check=reads(error=CorruptCheckpointError, reason=r"inflates to fewer bytes than its declared 100000"))
 case("zip_deflate_bomb_storage", "container", lambda env: _deflated_storage(64 << 20, bytes(64 << 20)),
      check=_deflate_bomb_reads)
 case("zip_byteorder_bad", "container", lambda env: zip_checkpoint(pickle(i(1)), byteorder=b"middle"),
@@ -896,7 +961,7 @@ case("zip_alignment_bad", "container", lambda env: _zip_records({"data.pkl": pic
                                                                   ".storage_alignment": b"-64"}),
      CorruptCheckpointError, r"\.storage_alignment record says '-64'")
 case("zip_pt2", "container", lambda env: _zip_records({"data.pkl": pickle(i(1)), "archive_format": b"pt2"}),
-     UnsupportedError, r"torch\.export \(\.pt2\) archives are not supported")
+     CorruptCheckpointError, r"a torch\.export archive without any models/<name>\.json")
 case("legacy_bad_magic", "container", lambda env: _legacy_replaced(0, pickle(i(42))), NotACheckpointError,
      r"no legacy magic number")
 case("legacy_bad_protocol", "container", lambda env: _legacy_replaced(1, pickle(i(1000))), UnsupportedError,
@@ -923,7 +988,45 @@ case("not_safetensors", "container", lambda env: struct.pack("<Q", 2) + b"{}", N
 case("not_gguf", "container", lambda env: b"GGUF" + bytes(100), NotACheckpointError, r"a GGUF file")
 case("not_npy", "container", lambda env: b"\x93NUMPY" + bytes(100), NotACheckpointError, r"a numpy \.npy file")
 case("not_hdf5", "container", lambda env: b"\x89HDF\r\n\x1a\n" + bytes(100), NotACheckpointError, r"an HDF5 file")
-case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), UnsupportedError, r"a tar archive")
+case("not_tar", "container", lambda env: bytes(257) + b"ustar" + bytes(250), CorruptCheckpointError,
+     r"tar header at offset 0 has a bad checksum")
+
+
+def _tar(members: dict[str, bytes], pax: dict[str, str] | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.pax_headers = pax or {}
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _tar_view(offset: int, numel: int) -> bytes:
+    """A TAR checkpoint with one float32 storage of 4 and a storage view of it at ``offset``, ``numel`` long."""
+    view = tup(*(i(v) for v in (2, 1, offset, numel)))
+    storages = (pickle(i(1)) + pickle(tup(i(1), s("cpu"), glob("torch", "FloatStorage"))) + struct.pack("<q", 4)
+                + FLOATS + pickle(lst(view)))
+    return _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": storages})
+
+
+case("tar_view_past_its_root", "container", lambda env: _tar_view(2, 3), CorruptCheckpointError,
+     r"storage view 2 \(2 \+ 3 elements\) runs past storage 1 of 4")
+case("tar_view_of_a_missing_root", "container", lambda env: _tar_view(0, 1).replace(b"K\x02K\x01", b"K\x02K\x09"),
+     CorruptCheckpointError, r"storage view 2 names 9, which is not a stored storage")
+case("tar_storage_count_huge", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(0)), "storages": pickle(i(2**31 - 1))}),
+     LimitExceededError, r"2147483647 storages exceed 5000000 \(limit max_tensors\)")
+case("tar_pax_size_past_the_file", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": b"", "storages": b""}, {"size": "99999999"}),
+     CorruptCheckpointError, r"runs past the end of the file")
+case("tar_tensors_truncated", "container",
+     lambda env: _tar({"pickle": pickle(b"N"), "tensors": pickle(i(1)) + pickle(tup(i(5), i(1), b"N")) + b"\x01",
+                       "storages": pickle(i(0)) + pickle(EMPTY_LIST)}),
+     CorruptCheckpointError, r"tensor 5 names storage 1, which the storages lack")
+case("tar_empty_members", "container", lambda env: _tar({"pickle": b"", "tensors": b"", "storages": b""}),
+     CorruptCheckpointError, r"a pickle of tar member 'storages' is truncated")
 case("not_pytorch1", "container", lambda env: b"PYTORCH1" + bytes(100), UnsupportedError, r"PYTORCH1")
 case("not_plain_pickle", "container", lambda env: pickle(dct((s("a"), i(1)))), NotACheckpointError,
      r"no legacy magic number")
@@ -931,3 +1034,5 @@ case("not_random_bytes", "container", lambda env: bytes((n * 7919) % 251 for n i
      NotACheckpointError, r"not a PyTorch checkpoint")
 case("not_local_header_only", "container", lambda env: b"PK\x03\x04" + bytes(26), CorruptCheckpointError,
      r"no zip end-of-central-directory record")
+
+from hostile import pt2_cases  # noqa: E402,F401  (registers the .pt2 cases; they build on the helpers above)

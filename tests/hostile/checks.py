@@ -11,7 +11,8 @@ from ckptfs.errors import CkptfsError, LimitExceededError
 from hostile.conftest import CPU_BOUND, MEMORY_BOUND, WALL_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
-                      r"|zip file too short|pickle truncated|legacy storages end at byte \d+ but the file has")
+                      r"|zip file too short|pickle truncated|legacy storages end at byte \d+ but the file has"
+                      r"|tar archive ends at byte|tar member at offset \d+ \(\d+ bytes\) runs past the end")
 
 
 def assert_names_file(error: CkptfsError, path: Path, reason: str) -> None:

@@ -20,6 +20,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
+from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
 
 MAX_NODES = 2000
@@ -61,9 +62,11 @@ def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
 
 
 def _mount_walk(ck: ckptfs.Checkpoint) -> None:
-    """What ``find -ls`` and ``cat`` of every small file do on a mount, up to MAX_NODES entries."""
+    """What ``find -ls``, ``cat`` of every small file and the first reads of the views do on a mount, up to
+    MAX_NODES entries."""
     layout = Layout(ck)
-    pending = [layout.root]
+    zarr = layout.lookup("/.zarr")  # not in the root's listing: opened by its path
+    pending = [layout.root] if zarr is None else [zarr, layout.root]
     visited = 0
     while pending and visited < MAX_NODES:
         for node in layout.listing(pending.pop()):
@@ -71,9 +74,18 @@ def _mount_walk(ck: ckptfs.Checkpoint) -> None:
             layout.size(node)
             if isinstance(node, Dir):
                 pending.append(node)
-            elif node.kind in (Kind.VALUE, Kind.VIEW):
+            elif node.kind in (Kind.VALUE, Kind.ZARR):
                 layout.content(node)
+            elif node.kind in (Kind.VIEW, Kind.BUNDLE, Kind.ZARR_CHUNK):
+                _read_ends(ck, Content(layout.pieces(node), layout.size(node)))
     layout.index_bytes()
+
+
+def _read_ends(ck: ckptfs.Checkpoint, content: Content) -> None:
+    """The first and last bytes of a file made of pieces (a header, tensors' bytes), as a reader's first reads."""
+    for offset in (0, max(0, content.size - READ)):
+        for part in content.cover(offset, READ):
+            piece_bytes(part.piece, ck.read, part.start, part.length)
 
 
 class Mutator:

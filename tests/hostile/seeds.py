@@ -28,6 +28,7 @@ SEED_NAMES = (
     "legacy_exotic.pt",
     "torchscript.pt",
     "rezipped.pt",
+    "tar_py2.pt",
 )
 
 
@@ -117,6 +118,9 @@ def write_seeds(out: Path) -> None:
 
     import torch
     from legacy_writer import save_legacy_reproducibly
+    from tar_writer import STORAGE_CLASS, tar_checkpoint
+
+    from hostile.truncate import tar_member_offsets
 
     warnings.filterwarnings("ignore")
 
@@ -138,6 +142,11 @@ def write_seeds(out: Path) -> None:
             renamed = zipfile.ZipInfo("renamed/" + info.filename.split("/", 1)[1], info.date_time)
             dst.writestr(renamed, src.read(info), zipfile.ZIP_DEFLATED)
     (out / "rezipped.pt").write_bytes(buffer.getvalue())
+
+    flat = {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.dtype in STORAGE_CLASS}
+    tar = tar_checkpoint({**flat, "step": 7}, py2=True)
+    # Cut tarfile's padding to 10240 bytes after the two end blocks: a cut anywhere then loses data or framing.
+    (out / "tar_py2.pt").write_bytes(tar[: tar_member_offsets(tar)[-1] + 1024])
 
 
 if __name__ == "__main__":

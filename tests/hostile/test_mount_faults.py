@@ -6,6 +6,7 @@ import errno
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -125,6 +126,29 @@ def test_truncated_source_gives_eio_beyond_the_end_and_logs_it(foreground: Start
     assert proc.returncode == 0, log
     for name in ("t6", "t7", "t7_t"):
         assert f"/{name}: " in log and "truncated" in log, log
+
+
+def test_local_header_disagreeing_with_the_directory_gives_eio_and_logs_it(foreground: Start, tmp_path: Path) -> None:
+    """torch's data offsets are computed at open; a local header that puts a record's data elsewhere fails its
+    reads, never serving the computed bytes."""
+    import torch
+
+    source = tmp_path / "ck.pt"
+    tensors = {f"t{k}": torch.full((1000,), k, dtype=torch.int32) for k in range(4)}
+    torch.save(tensors, source)
+    with zipfile.ZipFile(source) as z:
+        header = z.getinfo("ck/data/1").header_offset
+    with open(source, "r+b") as f:
+        f.seek(header + 28)
+        f.write(struct.pack("<H", 4))
+    mnt, proc = foreground(source)
+    _eio(mnt / "t1")
+    for k in (0, 2, 3):
+        assert _read(mnt / f"t{k}") == tensors[f"t{k}"].numpy().tobytes()
+    subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+    _, log = proc.communicate(timeout=20)
+    assert proc.returncode == 0, log
+    assert "/t1: " in log and "local header of zip record 'ck/data/1'" in log and "disagrees" in log, log
 
 
 def test_truncated_source_background_daemon_stays_up(runner: Runner, mounts: Mounts, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_mount(case: Case, hostile_files: dict[str, Path], runner: Runner, mount
     found = subprocess.run(["find", mnt], capture_output=True, text=True, timeout=30)
     assert found.returncode == 0 and found.stderr == "", found.stderr
     index = (mnt / ".ckptfs" / "index.json").read_bytes()
-    assert index.startswith(b'{"ckptfs_index": 2')
+    assert index.startswith(b'{"ckptfs_index": 3')
     assert peak_rss(daemon) < MEMORY_BOUND
     assert result.cpu + cpu_seconds(daemon) < CPU_BOUND
     unmounted = runner.run("umount", mnt)

@@ -16,7 +16,7 @@ from hostile.cases import CASES, Case
 from hostile.checks import TRUNCATION_REASONS, assert_names_file, exercise
 from hostile.conftest import CPU_BOUND, WALL_BOUND
 from hostile.seeds import SEED_NAMES
-from hostile.truncate import truncation_offsets
+from hostile.truncate import tar_member_offsets, truncation_offsets
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -70,6 +70,8 @@ def _structure(data: bytes) -> set[int]:
     """Where the file's parts start, found by the standard library: for a zip, every record's local header, the
     central directory and its end record; for a legacy stream, the end of each of its five pickles (magic number,
     protocol, system info, the object, the storage keys), the last one where the storages begin."""
+    if data[257:262] == b"ustar":
+        return set(tar_member_offsets(data))
     if data.startswith(b"PK"):
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             records = {info.header_offset for info in archive.infolist()}

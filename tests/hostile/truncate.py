@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+
 from ckptfs.errors import CkptfsError
 from ckptfs.pickle.unpickler import SafeUnpickler
 
@@ -16,7 +19,17 @@ def truncation_offsets(data: bytes) -> list[int]:
             marks |= {position - 1, position, position + 1, position + 4, position + 30}
             position = data.find(signature, position + 1)
     marks |= {end + delta for end in _legacy_pickle_ends(data) for delta in (-1, 0, 1, 8, 9)}
+    marks |= {start + delta for start in tar_member_offsets(data) for delta in (-1, 0, 1, 512, 513)}
     return sorted(m for m in marks if 0 <= m < len(data))
+
+
+def tar_member_offsets(data: bytes) -> list[int]:
+    """Where each member's header of a tar starts, and where the archive's end blocks start."""
+    if data[257:262] != b"ustar":
+        return []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+    return [m.offset for m in members] + [members[-1].offset_data + -(-members[-1].size // 512) * 512]
 
 
 def _legacy_pickle_ends(data: bytes) -> list[int]:

@@ -80,6 +80,7 @@ def test_keys_that_give_one_name(tmp_path: Path, mounter: Mounter) -> None:
     mnt = mounter(source)
     files = assert_ls_names_mounted_files(source, mnt)
     assert len(files) == 3 and any(file.endswith("%#1") for file in files)
-    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", *files, *(f + ".json" for f in files)])
+    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "model.safetensors", *files,
+                                                *(f + s for f in files for s in (".json", ".npy"))])
     second = next(file for file in files if file.endswith("%#1"))
     assert (mnt / second).read_bytes() == torch.arange(2.0, 4.0).numpy().tobytes()

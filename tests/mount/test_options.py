@@ -44,8 +44,9 @@ def test_uid_gid_umask_set_every_owner_and_mode(source: Path, mounter: Mounter) 
                      ".ckptfs/index.json": 0o444, "m/tied": 0o777}
     listed = subprocess.run(["ls", "-ln", str(mnt / "m")], capture_output=True, text=True, check=True).stdout
     rows = {line.split()[8]: line.split()[:4] for line in listed.splitlines()[1:]}
-    assert rows == {"tied": ["lrwxrwxrwx", "1", "4242", "4343"], "tied.json": ["lrwxrwxrwx", "1", "4242", "4343"],
-                    "w": ["-r--r--r--", "1", "4242", "4343"], "w.json": ["-r--r--r--", "1", "4242", "4343"]}
+    links = {name: ["lrwxrwxrwx", "1", "4242", "4343"] for name in ("tied", "tied.json", "tied.npy")}
+    files = {name: ["-r--r--r--", "1", "4242", "4343"] for name in ("w", "w.json", "w.npy", "model.safetensors")}
+    assert rows == {**links, **files}
     assert (mnt / "m" / "w").read_bytes() == W.numpy().tobytes()
 
 
@@ -139,6 +140,10 @@ def test_a_refused_option_is_one_line_and_mounts_nothing(tmp_path: Path, source:
     assert not mounted_under(tmp_path)
 
 
+LISTED = ["model.safetensors", "w", "w.json", "w.npy"]
+"""``ls`` of directory ``m`` holding tensor ``w``."""
+
+
 def _lists_as_nobody(mnt: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(as_user(nobody(), "ls", mnt / "m"), capture_output=True, text=True)
 
@@ -154,13 +159,13 @@ def test_allow_other_lets_another_user_in(shared_dir: Path) -> None:
         for args in (("-o", "allow_other"), ("--allow-other",)):
             mnt = mounter(source, *args)
             listed = _lists_as_nobody(mnt)
-            assert (listed.returncode, listed.stdout.split()) == (0, ["w", "w.json"]), listed.stderr
+            assert (listed.returncode, listed.stdout.split()) == (0, LISTED), listed.stderr
             assert "allow_other" in findmnt(mnt)["fs-options"].split(",")
         for args in (("-o", "allow_root"), ("-o", "allow_root,allow_other")):
             mnt = mounter(source, *args)
-            expected = ["w", "w.json"] if "allow_other" in args[1] else []
+            expected = LISTED if "allow_other" in args[1] else []
             assert _lists_as_nobody(mnt).stdout.split() == expected
-            assert sorted(os.listdir(mnt / "m")) == ["w", "w.json"]
+            assert sorted(os.listdir(mnt / "m")) == LISTED
     finally:
         mounter.cleanup()
 

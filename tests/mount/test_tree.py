@@ -86,7 +86,7 @@ def test_values_links_and_awkward_keys(tmp_path: Path, mounter: Mounter) -> None
         assert os.readlink(mnt / "b.json") == "a.json"
         assert (mnt / "b").read_bytes() == torch_bytes(shared)
         names = os.listdir(mnt / "keys")
-        assert len(names) == 2 * len(AWKWARD_KEYS)
+        assert len(names) == 3 * len(AWKWARD_KEYS) + 1  # each tensor, its sidecar and .npy; model.safetensors
         index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
         files = {tuple(t["path"]): t["file"] for t in index["tensors"]}
         for key, t in tensors.items():
@@ -128,7 +128,8 @@ def test_torchscript_sequential_children_are_named_by_their_keys(tmp_path: Path,
     assert {tuple(t["path"]): t["file"] for t in index["tensors"]} == {
         tuple(name.split(".")): name.replace(".", "/") for name in module.state_dict()}
     ls = subprocess.run(["ls", str(mnt / "encoder" / "0")], capture_output=True, text=True, check=True).stdout
-    assert ls.split() == sorted(["bias", "bias.json", "weight", "weight.json", "training", "_is_full_backward_hook"])
+    assert ls.split() == sorted(["bias", "bias.json", "bias.npy", "weight", "weight.json", "weight.npy", "training",
+                                 "_is_full_backward_hook"])
 
 
 def test_str_and_int_keys_spelling_one_number(tmp_path: Path, mounter: Mounter) -> None:
@@ -137,8 +138,8 @@ def test_str_and_int_keys_spelling_one_number(tmp_path: Path, mounter: Mounter) 
     path = save_zip({"7": str_seven, 7: seven, "0": zero, "8": "eight", "again": [str_seven, zero]},
                     tmp_path / "sevens.pt")
     mnt = mounter(path)
-    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "%37", "%37.json", "7", "7.json", "0", "0.json", "8",
-                                              "again"])
+    assert sorted(os.listdir(mnt)) == sorted([".ckptfs", "%37", "%37.json", "%37.npy", "7", "7.json", "7.npy", "0",
+                                              "0.json", "0.npy", "8", "again", "model.safetensors"])
     assert [os.readlink(mnt / "again" / name) for name in ("0", "0.json", "1", "1.json")] == [
         "../%37", "../%37.json", "../0", "../0.json"]
     assert (mnt / "again" / "0").read_bytes() == torch_bytes(str_seven)
@@ -226,7 +227,7 @@ def test_generated_files_over_the_limit_read_as_io_errors(tmp_path: Path, mounte
     """max_generated_bytes: the sidecar and index of a too-long key path fail with EIO; the tensor still reads."""
     mnt = mounter(long_paths(tmp_path / "long_paths.pt", key_length=100), "--limit", "max_generated_bytes=2000")
     files = walk_files(mnt)
-    (tensor,) = [f for f in files if f.count("/") == 30 and not f.endswith(".json")]
+    (tensor,) = [f for f in files if f.count("/") == 30 and not f.endswith((".json", ".npy"))]
     assert (mnt / tensor).read_bytes() == torch.tensor([1.0, 2.0, 3.0, 4.0]).numpy().tobytes()
     for generated in (mnt / (tensor + ".json"), mnt / ".ckptfs" / "index.json"):
         assert generated.stat().st_size == 0

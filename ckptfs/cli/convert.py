@@ -1,0 +1,190 @@
+"""``ckptfs convert SRC OUT``: a checkpoint's tensors as a safetensors file, an ``.npz`` or a directory of ``.npy``.
+
+The output is the mount's own view, written from its pieces: ``model.safetensors``
+(``fs.safetensors``: every tensor safetensors can hold, by dotted key), or each
+tensor's ``NAME.npy`` (``fs.npy``), gathered in an uncompressed ``.npz`` under
+its dotted key, or in a directory under its path in the mount. Bytes are copied
+a bounded chunk at a time (stored ranges with ``copy_file_range`` where the
+kernel can), so memory stays flat whatever the checkpoint's size. A file is
+written beside its final name and renamed when complete; on any error or
+Ctrl-C nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import shutil
+import zipfile
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from ckptfs.checkpoint import Checkpoint, open_checkpoint
+from ckptfs.errors import CkptfsError, OutputError
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Kind, Node
+from ckptfs.fs.pieces import Piece, SourceBytes, piece_bytes
+from ckptfs.fs.safetensors import SAFETENSORS_NAME, key_name
+from ckptfs.gc_pause import gc_paused
+
+FORMATS = ("safetensors", "npz", "dir")
+CHUNK = 8 << 20
+"""Bytes copied at a time: the most a conversion holds in memory."""
+PARTIAL_SUFFIX = ".ckptfs-partial"
+
+
+class Copied:
+    """Bytes written so far of a known total (what the progress line shows)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+
+
+def output_format(args: argparse.Namespace) -> str:
+    if args.to:
+        return str(args.to)
+    suffix = Path(args.out).suffix.lstrip(".")
+    if suffix in ("safetensors", "npz"):
+        return suffix
+    raise OutputError(f"{args.out}: say which format with --to ({', '.join(FORMATS)}): its name does not")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    kind = output_format(args)
+    out = Path(args.out)
+    if out.exists() or out.is_symlink():
+        raise OutputError(f"{out}: already exists")
+    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+        layout = Layout(ck)
+        if kind == "safetensors":
+            node = layout.lookup("/" + SAFETENSORS_NAME)
+            if node is None:
+                raise OutputError(f"{ck.path}: holds no tensor to convert")
+            with _partial_file(out) as stream:
+                pieces = layout.pieces(node)
+                write_pieces(stream, pieces, ck, Copied(layout.size(node)))
+        elif kind == "npz":
+            with _partial_file(out) as stream:
+                write_npz(stream, layout)
+        else:
+            write_directory(out, layout)
+    return 0
+
+
+@contextlib.contextmanager
+def _partial_file(out: Path) -> Iterator[BinaryIO]:
+    """A file to write ``out``'s bytes to, renamed to ``out`` when the block ends without an error."""
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    try:
+        with _writing(out), open(partial, "wb") as stream:
+            yield stream
+        os.replace(partial, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """An ``OSError`` while writing becomes an ``OutputError`` naming the output (disk full …)."""
+    try:
+        yield
+    except CkptfsError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{out}: {exc.strerror or exc}") from None
+
+
+def write_pieces(stream: BinaryIO, pieces: list[Piece], ck: Checkpoint, copied: Copied) -> None:
+    """The pieces' bytes to ``stream``, a chunk at a time."""
+    kernel_copy = hasattr(os, "copy_file_range")
+    for piece in pieces:
+        start = 0
+        while start < piece.length:
+            count = min(CHUNK, piece.length - start)
+            fd = piece.extent.source.fileno() if isinstance(piece, SourceBytes) else None
+            if fd is not None and kernel_copy:
+                stream.flush()
+                try:
+                    count = os.copy_file_range(fd, stream.fileno(), count, piece.extent.offset + start, stream.tell())
+                except OSError as exc:
+                    if exc.errno == errno.ENOSPC:
+                        raise
+                    kernel_copy = False  # a kernel or file system without it: copy through memory
+                    continue
+                if count == 0:
+                    raise OutputError(f"{ck.path}: ended while being copied")
+                stream.seek(count, os.SEEK_CUR)
+            else:
+                stream.write(piece_bytes(piece, ck.read, start, count))
+            start += count
+            copied.done += count
+
+
+def npy_files(layout: Layout) -> Iterator[tuple[Node, Node]]:
+    """Each tensor's node at its first place and its ``.npy`` node, for tensors that have one."""
+    for tensor in layout.checkpoint.tensors:
+        node = layout.node_of(tensor)
+        assert node.parent is not None
+        npy = layout.entries(node.parent).get(node.name + ".npy")
+        if npy is not None and npy.kind is Kind.VIEW:
+            yield node, npy
+
+
+def write_npz(stream: BinaryIO, layout: Layout) -> None:
+    """An uncompressed ``.npz``: each tensor's ``.npy`` under its dotted key (``np.load(out)[key]``)."""
+    ck = layout.checkpoint
+    found = list(npy_files(layout))
+    copied = Copied(sum(layout.size(npy) for _, npy in found))
+    with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for node, npy in found:
+            name = ".".join(key_name(key) for key in node.value.path) or "arr_0"
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                for piece in layout.pieces(npy):
+                    for start in range(0, piece.length, CHUNK):
+                        member.write(piece_bytes(piece, ck.read, start, min(CHUNK, piece.length - start)))
+                        copied.done += min(CHUNK, piece.length - start)
+
+
+def write_directory(out: Path, layout: Layout) -> None:
+    """Each tensor's ``.npy`` at its path in a mount, below a new directory ``out``."""
+    ck = layout.checkpoint
+    found = list(npy_files(layout))
+    copied = Copied(sum(layout.size(npy) for _, npy in found))
+    try:
+        with _writing(out):
+            out.mkdir()
+            for _, npy in found:
+                target = out / layout.path_of(npy)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as stream:
+                    write_pieces(stream, layout.pieces(npy), ck, copied)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    convert = sub.add_parser(
+        "convert", help="write the tensors as a safetensors file, an .npz or a directory of .npy files",
+        description="Write FILE's tensors to OUT, streaming (memory stays flat): as safetensors (the mount's "
+                    "model.safetensors: what safetensors cannot hold is listed in its __metadata__), as an "
+                    "uncompressed .npz of each tensor's .npy under its dotted key, or as a new directory of .npy "
+                    "files at the tensors' paths in a mount. The format follows OUT's suffix unless --to says.",
+        epilog="examples:\n  ckptfs convert model.pt model.safetensors\n  ckptfs convert model.pt weights.npz\n"
+               "  ckptfs convert --to dir model.pt weights/")
+    convert.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
+    convert.add_argument("out", metavar="OUT", help="the file or directory to write (must not exist)")
+    convert.add_argument("--to", choices=FORMATS, help="the output format (default: from OUT's suffix)")
+    convert.set_defaults(run=cmd_convert)
+    return convert
+
+
+def copy_status(copied: Copied) -> str:
+    """The progress line's text while a conversion writes."""
+    share = 100 * copied.done // max(copied.total, 1)
+    return f"writing: {share}% ({copied.done / (1 << 20):.1f} MiB of {copied.total / (1 << 20):.1f} MiB)"

@@ -1,0 +1,49 @@
+"""The options of commands that open a checkpoint by URL: --endpoint-url, --anonymous, --region,
+--storage-option, --cache-size."""
+
+from __future__ import annotations
+
+import argparse
+
+from ckptfs.limits import parse_quantity
+from ckptfs.sources import RemoteOptions
+from ckptfs.sources.remote.options import DEFAULT_CACHE_SIZE, MIN_CACHE_SIZE, parse_storage_option
+
+
+def add_remote_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("remote checkpoints (s3://, http(s)://, other fsspec URLs)")
+    group.add_argument("--endpoint-url", metavar="URL",
+                       help="S3 endpoint (MinIO, Ceph, ...): path-style requests to it (default: AWS_ENDPOINT_URL_S3, "
+                            "AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)")
+    group.add_argument("--anonymous", action="store_true", help="unsigned requests (a public bucket)")
+    group.add_argument("--region", metavar="REGION",
+                       help="S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's, else us-east-1)")
+    group.add_argument("--storage-option", dest="storage_options", action="append", default=[],
+                       type=_storage_option, metavar="KEY=VALUE",
+                       help="passed to the backend (repeatable): s3:// takes profile, region, endpoint_url and "
+                            "keys (better from the environment: the command line is visible in ps); every URL "
+                            "takes tail_size, retries, timeout; fsspec URLs take their backend's options")
+    group.add_argument("--cache-size", type=_cache_size, default=DEFAULT_CACHE_SIZE, metavar="SIZE",
+                       help="memory for fetched ranges (default 256MiB, at least 32MiB)")
+
+
+def remote_options(args: argparse.Namespace) -> RemoteOptions:
+    return RemoteOptions(endpoint_url=args.endpoint_url, anonymous=args.anonymous, region=args.region,
+                         storage_options=dict(args.storage_options), cache_size=args.cache_size)
+
+
+def _storage_option(text: str) -> tuple[str, str]:
+    try:
+        return parse_storage_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cache_size(text: str) -> int:
+    try:
+        size = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if size < MIN_CACHE_SIZE:
+        raise argparse.ArgumentTypeError("at least 32MiB")
+    return size

@@ -1,0 +1,202 @@
+"""The ``.metadata`` pickle of a torch.distributed.checkpoint directory, as plain records.
+
+It is read by the restricted interpreter with no handlers: every class is an
+inert ``PickledObject``, interpreted here by name (spec ``more-formats.md`` A.2).
+``MetadataIndex`` keys become ``(fqn, offsets or None)``; pathlib and other
+provenance globals are only reported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from ckptfs.errors import CorruptCheckpointError, UnsupportedError
+from ckptfs.limits import Limits
+from ckptfs.model.dtypes import DType, dtype_by_name
+from ckptfs.pickle.unpickler import SafeUnpickler
+from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
+
+_METADATA = "torch.distributed.checkpoint.metadata."
+METADATA = _METADATA + "Metadata"
+TENSOR_ITEM = _METADATA + "TensorStorageMetadata"
+BYTES_ITEM = _METADATA + "BytesStorageMetadata"
+CHUNK = _METADATA + "ChunkStorageMetadata"
+INDEX = _METADATA + "MetadataIndex"
+PROPERTIES = {_METADATA + "TensorProperties", "torch.distributed._shard.sharded_tensor.metadata.TensorProperties"}
+STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
+MAX_RANK = 64
+MAX_ELEMENTS = 1 << 62
+
+ItemKey = tuple[str, "tuple[int, ...] | None"]
+"""Where an item is listed in ``storage_data``: its FQN and, for a tensor chunk, the chunk's offsets."""
+
+
+class Box(NamedTuple):
+    """A chunk's place in its tensor: first index and extent along each dimension."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+class TensorItem(NamedTuple):
+    dtype: DType
+    size: tuple[int, ...]
+    requires_grad: bool
+    chunks: list[Box]
+
+
+class StorageInfo(NamedTuple):
+    """Where an item's bytes are: a file of the directory and a byte range in it, and how they are encoded."""
+
+    relative_path: str
+    offset: int
+    length: int
+    transforms: tuple[str, ...]
+
+
+class DcpMetadata(NamedTuple):
+    items: dict[str, TensorItem | None]
+    """FQN → tensor, or None for a bytes item (a pickled object), in the writer's order."""
+    planner_data: dict[str, tuple[str | int, ...]] | None
+    storage: dict[ItemKey, StorageInfo]
+    version: str | None
+
+
+def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
+    """The records of one ``.metadata`` pickle."""
+    root = SafeUnpickler(data, limits=limits).load()
+    state = _state_of(root, METADATA, "the metadata")
+    items = _mapping(state.get("state_dict_metadata"), "state_dict_metadata")
+    version = state.get("version")
+    return DcpMetadata(
+        {_fqn(fqn): _item(fqn, item) for fqn, item in items.items()},
+        _planner_data(state.get("planner_data")),
+        {_index(key): _storage_info(key, info) for key, info in
+         _mapping(state.get("storage_data"), "storage_data").items()},
+        version if isinstance(version, str) else None,
+    )
+
+
+def _corrupt(message: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f".metadata: {message}")
+
+
+def _name(value: Any) -> str:
+    if isinstance(value, PickledObject):
+        return value.class_name
+    return value.qualname if isinstance(value, Global) else type(value).__name__
+
+
+def _state_of(value: Any, class_name: str | set[str], what: str) -> dict[str, Any]:
+    names = {class_name} if isinstance(class_name, str) else class_name
+    if not isinstance(value, PickledObject) or value.class_name not in names:
+        raise _corrupt(f"{what} is a {_name(value)}, not a {sorted(names)[0].rpartition('.')[2]}")
+    state = value.state
+    if isinstance(state, tuple) and len(state) == 2 and state[0] is None:  # (None, slots) of a slotted class
+        state = state[1]
+    if not isinstance(state, dict):
+        raise _corrupt(f"{what} has no attribute dict ({short_repr(state)})")
+    return state
+
+
+def _mapping(value: Any, what: str) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise _corrupt(f"{what} is a {_name(value)}, not a dict")
+    return value
+
+
+def _fqn(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _corrupt(f"item name {short_repr(value)} is not a string")
+    return value
+
+
+def _size(value: Any, what: str) -> tuple[int, ...]:
+    """A ``torch.Size`` (``REDUCE`` of a tuple of ints), or a plain tuple of ints."""
+    if isinstance(value, PickledObject) and value.class_name == "torch.Size" and len(value.args) == 1:
+        value = value.args[0]
+    if not isinstance(value, (tuple, list)) or len(value) > MAX_RANK:
+        raise _corrupt(f"{what} is {short_repr(value)}, not a size")
+    if not all(type(v) is int and 0 <= v < MAX_ELEMENTS for v in value):
+        raise _corrupt(f"{what} {short_repr(value)} has an entry that is not a non-negative int64")
+    return tuple(value)
+
+
+def _item(fqn: str, value: Any) -> TensorItem | None:
+    if isinstance(value, PickledObject) and value.class_name == BYTES_ITEM:
+        return None
+    state = _state_of(value, TENSOR_ITEM, f"item {fqn!r}")
+    size = _size(state.get("size"), f"size of {fqn!r}")
+    if math.prod(size) >= MAX_ELEMENTS:
+        raise _corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
+    dtype, requires_grad = _properties(fqn, state.get("properties"))
+    chunks = state.get("chunks")
+    if not isinstance(chunks, list):
+        raise _corrupt(f"chunks of {fqn!r} are a {_name(chunks)}, not a list")
+    return TensorItem(dtype, size, requires_grad, [_box(fqn, size, chunk) for chunk in chunks])
+
+
+def _properties(fqn: str, value: Any) -> tuple[DType, bool]:
+    """The dtype and ``requires_grad`` of a ``TensorProperties``: a 5-tuple state, or a dict in older writers."""
+    if not isinstance(value, PickledObject) or value.class_name not in PROPERTIES:
+        raise _corrupt(f"properties of {fqn!r} are a {_name(value)}, not TensorProperties")
+    state = value.state
+    if isinstance(state, tuple) and len(state) == 5:
+        dtype, requires_grad = state[0], state[2]
+    elif isinstance(state, dict):
+        dtype, requires_grad = state.get("dtype"), state.get("requires_grad", False)
+    else:
+        raise _corrupt(f"properties of {fqn!r} have the state {short_repr(state)}")
+    known = dtype_by_name(dtype.name) if isinstance(dtype, Global) and dtype.module == "torch" else None
+    if known is None:
+        raise UnsupportedError(f"tensor {fqn!r} has the dtype {short_repr(dtype)}, which ckptfs does not know")
+    return known, requires_grad is True
+
+
+def _box(fqn: str, size: tuple[int, ...], value: Any) -> Box:
+    state = _state_of(value, CHUNK, f"a chunk of {fqn!r}")
+    offsets = _size(state.get("offsets"), f"chunk offsets of {fqn!r}")
+    sizes = _size(state.get("sizes"), f"chunk sizes of {fqn!r}")
+    if len(offsets) != len(size) or len(sizes) != len(size):
+        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} of {fqn!r} does not have the "
+                       f"{len(size)} dimensions of {list(size)}")
+    if any(o + s > d for o, s, d in zip(offsets, sizes, size)):
+        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} lies outside tensor {fqn!r} "
+                       f"of size {list(size)}")
+    return Box(offsets, sizes)
+
+
+def _index(key: Any) -> ItemKey:
+    if isinstance(key, UnhashableKey):
+        key = key.value
+    state = _state_of(key, INDEX, "a storage_data key")
+    fqn = _fqn(state.get("fqn"))
+    offset = state.get("offset")
+    return fqn, None if offset is None else _size(offset, f"the offset of {fqn!r} in storage_data")
+
+
+def _storage_info(key: Any, value: Any) -> StorageInfo:
+    state = _state_of(value, STORAGE_INFO, "a storage_data value")
+    path, offset, length = state.get("relative_path"), state.get("offset"), state.get("length")
+    if not isinstance(path, str) or not path or "/" in path or "\\" in path or "\0" in path or path in (".", ".."):
+        raise _corrupt(f"relative_path {short_repr(path)} is not a file name in the directory")
+    if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
+        raise _corrupt(f"byte range {short_repr(offset)}+{short_repr(length)} in {path!r} is not two "
+                       "non-negative integers")
+    transforms = state.get("transform_descriptors") or []
+    if not isinstance(transforms, list) or not all(isinstance(t, str) for t in transforms):
+        raise _corrupt(f"transform_descriptors {short_repr(transforms)} are not a list of strings")
+    return StorageInfo(path, offset, length, tuple(transforms))
+
+
+def _planner_data(value: Any) -> dict[str, tuple[str | int, ...]] | None:
+    if value is None:
+        return None
+    paths: dict[str, tuple[str | int, ...]] = {}
+    for fqn, path in _mapping(value, "planner_data").items():
+        if not isinstance(path, (tuple, list)) or not path or not all(
+                type(k) is int or isinstance(k, str) for k in path):
+            raise _corrupt(f"planner_data path of {short_repr(fqn)} is {short_repr(path)}, not a key path")
+        paths[_fqn(fqn)] = tuple(path)
+    return paths

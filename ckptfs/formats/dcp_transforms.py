@@ -1,0 +1,163 @@
+"""Encoded DCP items: the ZStandard extension (``stream.zstd/1``), one zstd frame around each item's blob.
+
+The frame declares no content size and has no seek table, and a zstd
+decoder's state cannot be copied, so a byte at offset N of the blob costs
+decompressing N bytes from the frame's start. ``ZstdBlobSource`` therefore
+decompresses once to learn the size, keeps the most recently used blobs
+whole in memory, together at most ``max_inflated_bytes``, and streams from the
+start, keeping only the requested bytes, for a blob larger than that. Memory
+stays bounded by that limit plus one read; time is one decompression of the
+blob up to the read's end per read of a blob not held (README: "DCP
+directories").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ckptfs.errors import CorruptCheckpointError, SourceError, UnsupportedError
+from ckptfs.limits import Limits
+from ckptfs.sources import ByteSource, SourceStat
+
+ZSTD = "stream.zstd/1"
+STREAM_READ = 1 << 20
+"""Compressed bytes fed to the decoder at a time."""
+MAX_EXPANSION = 1 << 16
+"""A zstd block inflates at most ~1:32768 plus framing; anything beyond this is refused as hostile."""
+ARCHIVE_OVERHEAD = 1 << 20
+"""Bytes a chunk's torch.save archive may hold besides the chunk's data (records, pickle, padding)."""
+
+
+class RecentBlobs:
+    """The decompressed blobs a checkpoint keeps in memory, the most recently used, together at most ``budget``
+    bytes (a window of a tensor split along a later dimension reads from every chunk)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._blobs: OrderedDict[int, tuple[object, bytes]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, owner: object) -> bytes | None:
+        with self._lock:
+            held = self._blobs.get(id(owner))
+            if held is None or held[0] is not owner:
+                return None
+            self._blobs.move_to_end(id(owner))
+            return held[1]
+
+    def put(self, owner: object, data: bytes) -> None:
+        with self._lock:
+            old = self._blobs.pop(id(owner), None)
+            self._size -= len(old[1]) if old is not None else 0
+            while self._blobs and self._size + len(data) > self.budget:
+                self._size -= len(self._blobs.popitem(last=False)[1][1])
+            self._blobs[id(owner)] = (owner, data)
+            self._size += len(data)
+
+
+def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, recent: RecentBlobs,
+                 data_bytes: int | None) -> ByteSource:
+    """The item's blob with its encodings undone (only the ZStandard extension is known). ``data_bytes``: the
+    size of the tensor data it holds, when known (a chunk), which bounds its decompressed size."""
+    if transforms != (ZSTD,):
+        raise UnsupportedError(f"item encoded as {list(transforms)}; ckptfs reads only [{ZSTD!r}]")
+    ceiling = max(blob.size, 1) * MAX_EXPANSION
+    if data_bytes is not None:
+        ceiling = min(ceiling, data_bytes + ARCHIVE_OVERHEAD)
+    return ZstdBlobSource(blob, limits, recent, ceiling)
+
+
+def _zstandard() -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        raise UnsupportedError("the checkpoint was saved with the ZStandard extension: "
+                               "install the zstandard package (pip install 'ckptfs[zstd]')") from None
+    return zstandard
+
+
+class ZstdBlobSource:
+    """A zstd frame's decompressed bytes as a source, decompressed on demand (see the module docstring)."""
+
+    def __init__(self, frame: ByteSource, limits: Limits, recent: RecentBlobs, ceiling: int) -> None:
+        self.frame = frame
+        self.name = f"{frame.name} (zstd)"
+        self.limits = limits
+        self._zstd = _zstandard()
+        self._recent = recent
+        self.ceiling = ceiling
+        """Most bytes the frame may decompress to; more is refused as hostile."""
+        if frame.size < 4 or frame.read(0, 4) != b"\x28\xb5\x2f\xfd":
+            raise CorruptCheckpointError(f"marked {ZSTD} but not a zstd frame")
+        self.size = self._scan()
+
+    def _chunks(self) -> Any:
+        """Decompressed pieces of the frame, from its start."""
+        decoder = self._zstd.ZstdDecompressor().decompressobj()
+        produced = 0
+        try:
+            for position in range(0, self.frame.size, STREAM_READ):
+                piece = decoder.decompress(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
+                produced += len(piece)
+                if produced > self.ceiling:
+                    raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} bytes, "
+                                                 "more than its item can hold")
+                if piece:
+                    yield piece
+        except self._zstd.ZstdError as exc:
+            raise CorruptCheckpointError(f"zstd frame is corrupt ({exc})") from None
+        if not decoder.eof:
+            raise CorruptCheckpointError("zstd frame is truncated")
+
+    def _scan(self) -> int:
+        """The decompressed size; the bytes kept as the recent blob when within ``max_inflated_bytes``."""
+        parts: list[bytes] | None = []
+        size = 0
+        for piece in self._chunks():
+            size += len(piece)
+            if parts is not None:
+                parts.append(piece)
+                if size > self.limits.max_inflated_bytes:
+                    parts = None
+        if parts is not None:
+            self._recent.put(self, b"".join(parts))
+        return size
+
+    def read(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise SourceError(f"read of {length} bytes at offset {offset} is outside the decompressed item "
+                              f"({self.size} bytes)", self.name)
+        data = self._recent.get(self)
+        if data is None and self.size <= self.limits.max_inflated_bytes:
+            data = b"".join(self._chunks())
+            self._recent.put(self, data)
+        if data is not None:
+            return data[offset : offset + length]
+        return self._stream(offset, length)
+
+    def _stream(self, offset: int, length: int) -> bytes:
+        parts = []
+        position = 0
+        end = offset + length
+        for piece in self._chunks():
+            if position + len(piece) > offset:
+                parts.append(piece[max(0, offset - position) : end - position])
+            position += len(piece)
+            if position >= end:
+                break
+        return b"".join(parts)
+
+    def fileno(self) -> int | None:
+        return None
+
+    def stat(self) -> SourceStat | None:
+        return self.frame.stat()
+
+    def reopen(self) -> None:
+        """Nothing to do: the frame's file is reopened by its owner."""
+
+    def close(self) -> None:
+        """Nothing to do: the recent blob belongs to the checkpoint."""

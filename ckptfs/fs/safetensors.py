@@ -1,0 +1,167 @@
+"""``model.safetensors``: a tree's tensors as one safetensors file, made of a computed header and the tensors'
+bytes (``fs.pieces``: read from the source as they are stored wherever they can be).
+
+The layout is the safetensors spec's: 8 bytes (little-endian u64) giving the
+header's length, the header (UTF-8 JSON, padded with spaces so that the data
+starts at a multiple of 8), then the data, every byte belonging to exactly one
+tensor. Tensors are ordered by element size, largest first (each then starts at
+a multiple of its own size), keeping the tree's order among equals.
+
+Names are the tensor's keys below the file's directory joined with ``.``, as a
+state dict's (str keys as they are, int keys in decimal, any other key as its
+JSON). A tensor met at several paths (tied weights) is written at each path, its
+own bytes each time, as safetensors requires. What safetensors cannot hold is
+left out and listed (name and why) in ``__metadata__["left_out"]``, a JSON
+text: tensors without data, quantized tensors, dtypes safetensors has no name
+for (complex32, complex128, bits types), sparse and nested tensors, a
+container met before (its tensors are at its first path), a name met twice, a
+name that is not UTF-8. ``__metadata__`` also holds ``format`` (``pt``,
+what transformers' loaders check for) and ``source`` (the checkpoint's path).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Callable, NamedTuple
+
+from ckptfs.errors import LimitExceededError
+from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
+from ckptfs.model.encoding import key_text
+from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
+from ckptfs.model.tree import is_container
+from ckptfs.reading.extents import Extent
+
+SAFETENSORS_NAME = "model.safetensors"
+MAX_HEADER_BYTES = 100_000_000
+"""The safetensors loader refuses longer headers."""
+DTYPE_NAMES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "complex64": "C64",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
+    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": "F4",
+}
+"""safetensors 0.8's dtype names, by torch dtype."""
+PACKED_F4 = "float4_e2m1fn_x2"
+"""Two 4-bit values a byte: safetensors counts values, so its last axis is torch's doubled."""
+
+
+class Member(NamedTuple):
+    name: str
+    tensor: Tensor
+
+
+class LeftOut(NamedTuple):
+    name: str
+    reason: str
+
+
+class Tree(NamedTuple):
+    """What the member walk reads of a ``Layout``."""
+
+    children: Callable[[Any], list[tuple[Key, Any]]]
+    """A container's ``(key, child)`` pairs."""
+    is_first_place: Callable[[Any, Any, int], bool]
+    """Whether ``(child, container, position)`` is the child's first place."""
+
+
+def key_name(key: Key) -> str:
+    if type(key) is str:
+        return key
+    if type(key) is int:
+        return int.__repr__(key)
+    return key_text(key)
+
+
+def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
+    """The tensors below container ``top`` with their names, in tree order, and what is left out."""
+    found: list[Member] = []
+    left_out: list[LeftOut] = []
+    seen: set[str] = set()
+    stack: list[tuple[Any, str]] = [(top, "")]
+    while stack:
+        container, prefix = stack.pop()
+        below: list[tuple[Any, str]] = []
+        for position, (key, child) in enumerate(tree.children(container)):
+            name = prefix + key_name(key)
+            if isinstance(child, Tensor):
+                reason = _unsupported(child, name, seen)
+                if reason:
+                    left_out.append(LeftOut(name, reason))
+                else:
+                    seen.add(name)
+                    found.append(Member(name, child))
+            elif isinstance(child, (SparseTensor, NestedTensor)):
+                left_out.append(LeftOut(name, "sparse" if isinstance(child, SparseTensor) else "nested"))
+            elif is_container(child):
+                if tree.is_first_place(child, container, position):
+                    below.append((child, name + "."))
+                else:
+                    left_out.append(LeftOut(name, "a container met before: its tensors are at its first path"))
+        stack.extend(reversed(below))
+    return found, left_out
+
+
+def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
+    """Why safetensors cannot hold this tensor under this name; empty if it can."""
+    if not tensor.has_data:
+        return "no data"
+    if tensor.quantization is not None or tensor.dtype.is_quantized:
+        return "quantized"
+    if tensor.dtype.name not in DTYPE_NAMES:
+        return f"dtype {tensor.dtype.name}"
+    if tensor.dtype.name == PACKED_F4 and not tensor.shape:
+        return "a 0-d float4_e2m1fn_x2 has no safetensors shape"
+    if name in seen:
+        return "name met twice"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name not UTF-8"
+    return ""
+
+
+def _all_utf8(left_out: list[LeftOut]) -> bool:
+    try:
+        for item in left_out:
+            item.name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class SafetensorsFile:
+    """One ``model.safetensors``: its header and members, its size and pieces."""
+
+    __slots__ = ("header", "members", "size")
+
+    def __init__(self, found: list[Member], left_out: list[LeftOut], source: str, max_bytes: int) -> None:
+        self.members = sorted(found, key=lambda member: -member.tensor.itemsize)
+        # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
+        # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
+        header: dict[str, Any] = {"__metadata__": {
+            "format": "pt", "source": source.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+            "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}}
+        offset = 0
+        for name, tensor in self.members:
+            shape = list(tensor.shape)
+            if tensor.dtype.name == PACKED_F4:
+                shape[-1] *= 2
+            header[name] = {"dtype": DTYPE_NAMES[tensor.dtype.name], "shape": shape,
+                            "data_offsets": [offset, offset + tensor.nbytes]}
+            offset += tensor.nbytes
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        limit = min(max_bytes, MAX_HEADER_BYTES)
+        if len(text) > limit:
+            raise LimitExceededError(f"{SAFETENSORS_NAME}'s header would exceed {limit} bytes")
+        text += b" " * (-len(text) % 8)
+        self.header = struct.pack("<Q", len(text)) + text
+        self.size = len(self.header) + offset
+
+    def pieces(self, extents: Callable[[Tensor], list[Extent] | None]) -> list[Piece]:
+        pieces: list[Piece] = [Literal(self.header)]
+        for _, tensor in self.members:
+            if tensor.nbytes:
+                pieces += tensor_pieces(tensor, extents(tensor))
+        return pieces

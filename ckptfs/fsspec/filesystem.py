@@ -1,0 +1,176 @@
+"""``CheckpointFileSystem``: a checkpoint as a read-only fsspec file system, the tree its mount shows.
+
+Like fsspec's ``zip`` and ``tar`` (an archive file system): ``fo`` names the
+checkpoint, read through ``target_protocol`` with ``target_options``, so URLs
+chain::
+
+    fs = fsspec.filesystem("ckpt", fo="model.pt")
+    fs.ls("")                                  # what the mount's root lists
+    fs.cat_file("model/embed.weight", 0, 64)   # a ranged read of a tensor's bytes
+    fsspec.open("ckpt://model/embed.weight::/data/model.pt").open().read()
+
+Paths are the mount's, relative to its root, every file the mount shows
+(tensors, values, the views beside each tensor, ``.ckptfs/index.json``),
+made from the same ``Layout`` and read through the same pieces: a tensor
+stored as it is is a ranged read of the source, nothing is read before it
+is asked for. Links (an object met again) are entries with ``islink`` and
+their ``destination`` path: a link to a tensor or a view is a file of its
+target's size and reads as it; a link to a directory has type ``link``
+(``ls`` of it lists its target), so that ``find`` and ``walk`` visit each
+directory once, as ``find`` does in a mount.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import fsspec
+from fsspec.archive import AbstractArchiveFileSystem
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractBufferedFile
+
+from ckptfs.checkpoint import open_checkpoint
+from ckptfs.errors import CkptfsError
+from ckptfs.fs.layout import Layout
+from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.pieces import Content, read_content
+from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
+from ckptfs.fsspec.source import FileObjectSource, FsspecFileSource
+from ckptfs.limits import Limits
+from ckptfs.model.records import Tensor
+from ckptfs.sources import ByteSource, open_source
+
+
+class CheckpointFileSystem(AbstractArchiveFileSystem):
+    """A checkpoint's tree as a read-only fsspec file system (protocol ``ckpt``)."""
+
+    protocol = "ckpt"
+    root_marker = ""
+    cachable = False
+    """Like ``zip`` and ``tar``: each instance opens the checkpoint it is given, as it is then."""
+
+    def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
+                 limits: Limits | None = None, **kwargs: Any) -> None:
+        """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
+        ``fsspec.open`` would), an open binary file or a ``ckptfs.sources.ByteSource``; ``limits``: the safety limits (``ckptfs.Limits``)."""
+        super().__init__(**kwargs)
+        self.fo = fo
+        self.checkpoint = open_checkpoint(_source(fo, target_protocol, target_options), limits or Limits())
+        self.layout = Layout(self.checkpoint)
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        """Paths are relative to the checkpoint's root, as in the mount."""
+        stripped = super()._strip_protocol(path)
+        return [p.lstrip("/") for p in stripped] if isinstance(stripped, list) else stripped.lstrip("/")
+
+    # -- the tree ----------------------------------------------------------------
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        path = self._strip_protocol(path)
+        node = self._resolve(path, follow=True)
+        if not isinstance(node, Dir):
+            entries = [self.info(path)]
+        else:
+            nodes = self.layout.listing(node)
+            base = path + "/" if path else ""
+            entries = [self._entry(base + shown.name, shown, size) for shown, size in zip(nodes, self._sizes(nodes))]
+        return entries if detail else [entry["name"] for entry in entries]
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path)
+        node = self._resolve(path, follow=False)
+        return self._entry(path, node, self._sizes([node])[0])
+
+    def _entry(self, name: str, node: Node, size: int) -> dict[str, Any]:
+        if isinstance(node, Dir):
+            return {"name": name, "size": 0, "type": "directory", "kind": node.kind.value}
+        if node.kind in LINK_KINDS:
+            destination = self._link_path(node)
+            target = self._resolve(destination, follow=True)
+            if isinstance(target, Dir):
+                return {"name": name, "size": 0, "type": "link", "kind": node.kind.value, "islink": True,
+                        "destination": destination}
+            return {"name": name, "size": self._sizes([target])[0], "type": "file", "kind": node.kind.value,
+                    "islink": True, "destination": destination}
+        entry = {"name": name, "size": size, "type": "file", "kind": node.kind.value}
+        if node.kind is Kind.TENSOR:
+            tensor: Tensor = node.value
+            entry.update(dtype=tensor.dtype.name, shape=list(tensor.shape))
+        return entry
+
+    def _sizes(self, nodes: list[Node]) -> list[int]:
+        """File sizes; one whose text cannot be made (a limit) lists as 0, as in the mount, and fails when read."""
+        try:
+            return self.layout.sizes(nodes)
+        except CkptfsError:
+            return [self._size_or_zero(node) for node in nodes]
+
+    def _size_or_zero(self, node: Node) -> int:
+        try:
+            return self.layout.size(node)
+        except CkptfsError:
+            return 0
+
+    def _resolve(self, path: str, follow: bool) -> Node:
+        return resolve(self.layout, path, follow)
+
+    def _link_path(self, node: Node) -> str:
+        return link_path(self.layout, node)
+
+    # -- reading -----------------------------------------------------------------
+
+    def _content(self, path: str) -> Content:
+        node = self._resolve(self._strip_protocol(path), follow=True)
+        if isinstance(node, Dir):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        return Content(self.layout.pieces(node), self.layout.size(node))
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        """Bytes ``[start, end)`` of the file (negative: from its end, as slices), read from the pieces holding them."""
+        content = self._content(path)
+        first, last, _ = slice(start, end).indices(content.size)
+        return read_content(self.checkpoint, content, first, max(0, last - first))
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True,
+              cache_options: dict[str, Any] | None = None, **kwargs: Any) -> CheckpointFile:
+        if mode != "rb":
+            raise OSError(errno.EROFS, f"{os.strerror(errno.EROFS)}: a checkpoint opens for reading only", path)
+        return CheckpointFile(self, path, self._content(path), block_size, cache_options)
+
+    def close(self) -> None:
+        """Closes the checkpoint's source (also when the file system is garbage-collected)."""
+        if hasattr(self, "checkpoint"):
+            self.checkpoint.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class CheckpointFile(AbstractBufferedFile):
+    """A file of the checkpoint; each block fsspec's cache asks for is one read of the pieces holding it."""
+
+    def __init__(self, fs: CheckpointFileSystem, path: str, content: Content, block_size: Any = None,
+                 cache_options: dict[str, Any] | None = None) -> None:
+        self.content = content
+        super().__init__(fs, path, mode="rb", block_size=block_size or "default", cache_options=cache_options,
+                         size=content.size)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return read_content(self.fs.checkpoint, self.content, start, end - start)
+
+
+def _source(fo: Any, protocol: str | None, options: dict[str, Any] | None) -> ByteSource:
+    """What ``fo`` names: a local file (read with ``pread``), a file of another fsspec file system, a file object,
+    or a ckptfs ``ByteSource`` as it is."""
+    if hasattr(fo, "read") and hasattr(fo, "size") and hasattr(fo, "reopen"):
+        return fo  # type: ignore[no-any-return]
+    if hasattr(fo, "read") and hasattr(fo, "seek"):
+        return FileObjectSource(fo)
+    url = os.fspath(fo)
+    fs, path = fsspec.core.url_to_fs(url, **({"protocol": protocol} if protocol else {}), **(options or {}))
+    if isinstance(fs, LocalFileSystem):
+        return open_source(path)
+    return FsspecFileSource(fs, path)

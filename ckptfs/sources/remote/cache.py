@@ -1,0 +1,136 @@
+"""A bounded in-memory cache of fetched byte ranges, and the sequential read-ahead that sizes fetches.
+
+The cache holds extents (one per GET, never overlapping), evicted least recently used first; pinned
+extents (the opening suffix GET) stay. Not thread-safe: the source holds a lock around it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+
+KiB, MiB = 1 << 10, 1 << 20
+BLOCK = 64 * KiB
+"""Fetches start and end on these boundaries: a page-fault read (4-128 KiB) and its neighbours cost one GET."""
+FIRST_WINDOW = 256 * KiB
+"""Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
+MAX_WINDOW = 16 * MiB
+"""The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
+STREAM_SLACK = 1 * MiB
+"""A miss this far before where a stream's last fetch ended, or two blocks after, continues the stream (the
+kernel's read-ahead, up to 1 MiB, may come out of order)."""
+MAX_STREAMS = 16
+
+
+class ExtentCache:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._starts: list[int] = []
+        self._data: dict[int, bytes | bytearray] = {}
+        """Each extent's bytes; a bytearray as fetched is never changed after."""
+        self._recent: OrderedDict[int, None] = OrderedDict()
+        """Unpinned extents, least recently used first."""
+        self._bytes = 0
+
+    def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The sub-ranges of ``[start, end)`` no extent holds."""
+        gaps = []
+        index = max(0, bisect.bisect_right(self._starts, start) - 1)
+        position = start
+        while position < end and index < len(self._starts):
+            extent_start = self._starts[index]
+            extent_end = extent_start + len(self._data[extent_start])
+            if extent_start >= end:
+                break
+            if extent_start > position:
+                gaps.append((position, extent_start))
+            position = max(position, extent_end)
+            index += 1
+        if position < end:
+            gaps.append((position, end))
+        return gaps
+
+    def held(self, start: int, end: int) -> bytes | None:
+        """``[start, end)`` when one extent holds all of it (the common hit: a read within one fetch)."""
+        index = bisect.bisect_right(self._starts, start) - 1
+        if index < 0:
+            return None
+        extent_start = self._starts[index]
+        data = self._data[extent_start]
+        if end > extent_start + len(data):
+            return None
+        if extent_start in self._recent:
+            self._recent.move_to_end(extent_start)
+        return bytes(memoryview(data)[start - extent_start : end - extent_start])
+
+    def copy_into(self, start: int, view: memoryview) -> None:
+        """Copies into ``view`` the bytes from ``start`` that extents hold (the gaps' bytes are left as they are)."""
+        end = start + len(view)
+        index = max(0, bisect.bisect_right(self._starts, start) - 1)
+        while index < len(self._starts) and self._starts[index] < end:
+            extent_start = self._starts[index]
+            data = self._data[extent_start]
+            first, last = max(start, extent_start), min(end, extent_start + len(data))
+            if first < last:
+                view[first - start : last - start] = memoryview(data)[first - extent_start : last - extent_start]
+                if extent_start in self._recent:
+                    self._recent.move_to_end(extent_start)
+            index += 1
+
+    def put(self, start: int, data: bytes | bytearray, pinned: bool = False) -> None:
+        """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
+        recently used extents that no longer fit."""
+        for first, last in self.gaps(start, start + len(data)):
+            part = data if (first, last) == (start, start + len(data)) else data[first - start : last - start]
+            bisect.insort(self._starts, first)
+            self._data[first] = part
+            if not pinned:
+                self._recent[first] = None
+                self._bytes += len(part)
+        while self._bytes > self.capacity and self._recent:
+            self._evict(next(iter(self._recent)))
+
+    def _evict(self, start: int) -> None:
+        del self._recent[start]
+        self._bytes -= len(self._data.pop(start))
+        del self._starts[bisect.bisect_left(self._starts, start)]
+
+
+class ReadAhead:
+    """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
+    past the middle of its last window asks for the next one ahead of time (``prefetch``)."""
+
+    def __init__(self) -> None:
+        self._streams: OrderedDict[int, int] = OrderedDict()
+        """Where each stream's last fetch ended -> its window, least recently used first."""
+
+    def fetch_end(self, start: int, end: int, size: int) -> int:
+        """Where a fetch for a miss at ``[start, end)`` should end: ``end`` and the stream's read-ahead,
+        on a block boundary, within the object."""
+        window = 0
+        for stream_end, stream_window in self._streams.items():
+            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * BLOCK:
+                del self._streams[stream_end]
+                window = min(MAX_WINDOW, max(FIRST_WINDOW, stream_window * 2))
+                break
+        fetch_end = min(size, -(-(end + window) // BLOCK) * BLOCK)
+        self._streams[fetch_end] = window
+        self._streams.move_to_end(fetch_end)
+        while len(self._streams) > MAX_STREAMS:
+            self._streams.popitem(last=False)
+        return fetch_end
+
+    def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
+        """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
+        sequential stream whose last window ``end`` is past the middle of, never more than MAX_WINDOW past
+        ``end``; None if there is none."""
+        for stream_end, window in self._streams.items():
+            if window and stream_end - window <= end <= stream_end and stream_end - end <= window // 2:
+                if stream_end >= size:
+                    return None
+                del self._streams[stream_end]
+                window = min(MAX_WINDOW, window * 2)
+                fetch_end = min(size, stream_end + window, -(-(end + MAX_WINDOW) // BLOCK) * BLOCK)
+                self._streams[fetch_end] = window
+                return (stream_end, fetch_end) if fetch_end > stream_end else None
+        return None

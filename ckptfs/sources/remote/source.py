@@ -1,0 +1,149 @@
+"""``RemoteSource``: an object read by ranged GETs, through a bounded cache with sequential read-ahead.
+
+Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end records and central directory
+are read from them without another request. A read the cache misses fetches from its first missing block to
+where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
+than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
+fetched in the background while the reader consumes the current one; a read needing bytes of a background
+fetch waits for it rather than fetching them twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ckptfs.errors import SourceError
+from ckptfs.sources.base import SourceStat
+from ckptfs.sources.remote.cache import BLOCK, ExtentCache, ReadAhead
+from ckptfs.sources.remote.ranged_get import RangedGetter
+
+MiB = 1 << 20
+PART = 8 * MiB
+"""Fetches larger than this are split in parts fetched at once (object stores serve ~100 MB/s a stream)."""
+PARALLEL = 8
+log = logging.getLogger("ckptfs.sources.remote")
+
+
+class RemoteSource:
+    def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int) -> None:
+        self._getter = getter
+        self.name = getter.endpoint.name
+        tail = getter.get_tail(tail_size)
+        assert getter.version is not None
+        self.size = getter.version.size
+        self._mtime_ns = getter.version.mtime_ns or 0
+        self._lock = threading.Lock()
+        self._cache = ExtentCache(cache_size)
+        self._cache.put(self.size - len(tail), tail, pinned=True)
+        self.tail_hint = len(tail)
+        """Opening a checkpoint reads this tail first: the suffix request above holds it (``sources.base``)."""
+        self._ahead = ReadAhead()
+        self._pool: ThreadPoolExecutor | None = None
+        self._background: ThreadPoolExecutor | None = None
+        self._pending: dict[int, tuple[int, Future[None]]] = {}
+        """Background fetches under way: start -> (end, its future)."""
+
+    def read(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise SourceError(f"read of {length} bytes at offset {offset} is outside the object "
+                              f"({self.size} bytes)", self.name)
+        end = offset + length
+        with self._lock:
+            data = self._cache.held(offset, end)
+            if data is not None:
+                self._start_prefetch(self._ahead.prefetch(end, self.size))
+                return data
+            waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
+        for future in waiting:
+            future.exception()  # its failure is not this read's: the gaps it leaves are fetched below
+        result = bytearray(length)
+        view = memoryview(result)
+        large = length > self._cache.capacity // 4
+        with self._lock:
+            self._cache.copy_into(offset, view)
+            gaps = self._cache.gaps(offset, end)
+            if gaps and not large:
+                fetch_start = gaps[0][0] // BLOCK * BLOCK
+                gaps = self._cache.gaps(fetch_start, self._ahead.fetch_end(gaps[0][0], end, self.size))
+        if not gaps:
+            return bytes(result)
+        if large:
+            for start, stop in gaps:
+                self._fetch_into(start, view[start - offset : stop - offset])
+            return bytes(result)
+        fetched = []
+        for start, stop in gaps:
+            data = bytearray(stop - start)
+            self._fetch_into(start, memoryview(data))
+            fetched.append((start, data))
+            first, last = max(start, offset), min(stop, end)
+            if first < last:
+                view[first - offset : last - offset] = memoryview(data)[first - start : last - start]
+        with self._lock:
+            for start, data in fetched:
+                self._cache.put(start, data)
+        return bytes(result)
+
+    def _start_prefetch(self, wanted: tuple[int, int] | None) -> None:
+        """Under the lock: fetches the gaps of ``wanted`` in the background."""
+        if wanted is None:
+            return
+        for start, stop in self._cache.gaps(*wanted):
+            if any(s < stop and start < e for s, (e, _) in self._pending.items()):
+                continue
+            if self._background is None:
+                self._background = ThreadPoolExecutor(1, thread_name_prefix="ckptfs-ahead")
+            self._pending[start] = (stop, self._background.submit(self._prefetch, start, stop))
+
+    def _prefetch(self, start: int, stop: int) -> None:
+        try:
+            data = bytearray(stop - start)
+            self._fetch_into(start, memoryview(data))
+            with self._lock:
+                self._cache.put(start, data)
+        except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
+            log.info("%s: read-ahead of %d bytes at offset %d: %s", self.name, stop - start, start, exc)
+        finally:
+            with self._lock:
+                del self._pending[start]
+
+    def _fetch_into(self, start: int, view: memoryview) -> None:
+        """One GET, or parts of at most PART bytes fetched at once."""
+        if len(view) <= PART:
+            self._getter.get_into(start, view)
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
+            pool = self._pool
+        count = -(-len(view) // PART)
+        size = -(-len(view) // count // BLOCK) * BLOCK  # equal parts: none is a small straggler
+        parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
+        for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
+            future.result()
+
+    def fileno(self) -> int | None:
+        return None
+
+    def stat(self) -> SourceStat:
+        """A read-only regular file of the object's size, modified when the object was (Last-Modified)."""
+        mtime = self._mtime_ns
+        return SourceStat(self.size, stat.S_IFREG | 0o444, os.getuid(), os.getgid(), mtime, mtime, mtime)
+
+    def reopen(self) -> None:
+        """In a forked process: the parent's connections and worker threads are not this process's."""
+        self._getter.reset()
+        self._pool = self._background = None
+        self._pending = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        for pool in (self._background, self._pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = self._background = None
+        self._getter.close()

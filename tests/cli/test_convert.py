@@ -1,0 +1,132 @@
+"""``ckptfs convert``: safetensors, npz and directories equal to torch's values; clean failures leave nothing."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+from corpus import CorpusFile, save_zip, torch_bytes
+from torch import nn
+
+import ckptfs.cli.convert
+from ckptfs.cli.convert import Copied, copy_status
+from ckptfs.cli.main import INTERRUPTED, main
+from ckptfs.fs.safetensors import key_name
+
+CLI = [sys.executable, "-m", "ckptfs.cli"]
+
+
+def run(*args: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, **kwargs)
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    emb = torch.randn(40, 30)
+    state = {**nn.Linear(30, 20).state_dict(), "emb.weight": emb, "head.weight": emb, "t": emb.t()[3:],
+             "bf": torch.randn(5).bfloat16(), "s": torch.tensor(7, dtype=torch.int16), "e": torch.empty(0, 3)}
+    return save_zip({"model": state, "step": 3}, tmp_path / "ck.pt"), state
+
+
+def test_to_safetensors(checkpoint: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path) -> None:
+    source, state = checkpoint
+    out = tmp_path / "out.safetensors"
+    done = run("convert", source, out)
+    assert (done.returncode, done.stderr) == (0, "")
+    loaded = safetensors.torch.load_file(out)
+    assert set(loaded) == {"model." + key for key in state}
+    for key, t in state.items():
+        assert loaded["model." + key].dtype == t.dtype and torch_bytes(loaded["model." + key]) == torch_bytes(t), key
+    assert not list(tmp_path.glob("*partial*"))
+
+
+def test_to_npz_and_dir(checkpoint: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path) -> None:
+    source, state = checkpoint
+    assert run("convert", source, tmp_path / "out.npz").returncode == 0
+    with np.load(tmp_path / "out.npz") as arrays:
+        assert set(arrays.files) == {"model." + key for key in state if key != "head.weight"}  # tied: once
+        for key in arrays.files:
+            assert arrays[key].tobytes() == torch_bytes(state[key.removeprefix("model.")]), key
+    assert run("convert", "--to", "dir", source, tmp_path / "out").returncode == 0
+    for key, t in state.items():
+        if key != "head.weight":
+            array = np.load(tmp_path / "out" / "model" / f"{key}.npy", mmap_mode="r" if t.numel() else None)
+            assert array.shape == t.shape and array.tobytes() == torch_bytes(t), key
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model"]
+
+
+def test_every_corpus_file_converts(corpus: dict[str, CorpusFile], tmp_path: Path) -> None:
+    for name, entry in corpus.items():
+        out = tmp_path / f"{name}.safetensors"
+        done = run("convert", entry.path, out)
+        if not entry.expected.tensors:
+            continue
+        assert done.returncode == 0, done.stderr
+        with safetensors.safe_open(out, "pt") as f:
+            left_out = json.loads(f.metadata()["left_out"])
+            names = set(f.keys())
+        for path, t in entry.expected.tensors.items():
+            dotted = ".".join(key_name(key) for key in path)
+            if dotted in names:
+                with safetensors.safe_open(out, "pt") as f:
+                    assert torch_bytes(f.get_tensor(dotted)) == torch_bytes(t), (name, dotted)
+            else:
+                assert any(dotted == gone or dotted.startswith(gone + ".") for gone, _ in left_out), (name, dotted)
+
+
+def test_refusals_are_one_line(checkpoint: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path) -> None:
+    source, _ = checkpoint
+    (tmp_path / "there.safetensors").write_bytes(b"x")
+    cases = {("convert", source, tmp_path / "there.safetensors"): f"{tmp_path / 'there.safetensors'}: already exists",
+             ("convert", source, tmp_path / "out.bin"):
+                 f"{tmp_path / 'out.bin'}: say which format with --to (safetensors, npz, dir): its name does not"}
+    for args, message in cases.items():
+        done = run(*args)
+        assert (done.returncode, done.stderr) == (1, f"ckptfs: {message}\n")
+
+
+def _small_file_limit() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit then fail with EFBIG, as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+
+@pytest.mark.parametrize("to", ["safetensors", "npz", "dir"])
+def test_a_failed_write_is_one_line_and_leaves_nothing(checkpoint: tuple[Path, dict[str, torch.Tensor]],
+                                                        tmp_path: Path, to: str) -> None:
+    source, _ = checkpoint
+    out = tmp_path / "out"
+    done = run("convert", "--to", to, source, out, preexec_fn=_small_file_limit)
+    assert done.returncode == 1 and done.stderr.startswith(f"ckptfs: {out}") and done.stderr.count("\n") == 1
+    assert "File too large" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]
+
+
+def test_ctrl_c_leaves_nothing(checkpoint: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    source, _ = checkpoint
+    writes = ckptfs.cli.convert.write_pieces
+
+    def interrupted(stream: Any, *args: Any) -> None:
+        writes(stream, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckptfs.cli.convert, "write_pieces", interrupted)
+    for to in ("safetensors", "dir"):
+        assert main(["convert", "--to", to, str(source), str(tmp_path / "out")]) == INTERRUPTED
+        assert capsys.readouterr().err == "ckptfs: interrupted\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]
+
+
+def test_progress_text() -> None:
+    copied = Copied(3 << 20)
+    copied.done = 1 << 20
+    assert copy_status(copied) == "writing: 33% (1.0 MiB of 3.0 MiB)"

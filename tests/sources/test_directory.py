@@ -1,0 +1,88 @@
+"""A directory as a set of sources (``DirectorySource``), and a byte range of a source (``WindowSource``)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckptfs.errors import SourceError
+from ckptfs.sources import BytesSource, DirectorySource, SourceSet, WindowSource
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_members_are_the_regular_files(tmp_path: Path) -> None:
+    (tmp_path / "b.distcp").write_bytes(b"0123456789")
+    (tmp_path / ".metadata").write_bytes(b"xyz")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner").write_bytes(b"no")
+    os.mkfifo(tmp_path / "fifo")
+    directory = DirectorySource(tmp_path)
+    assert isinstance(directory, SourceSet)
+    assert directory.names() == {".metadata": 3, "b.distcp": 10} and directory.size == 13
+    assert directory.stat().mode & 0o170000 == 0o040000
+    with pytest.raises(SourceError, match=r"a directory has no bytes of its own"):
+        directory.read(0, 1)
+    for missing in ("sub", "fifo", "../b.distcp", "nothing"):
+        with pytest.raises(SourceError, match=f"no file {missing!r} in the directory"):
+            directory.open(missing)
+    directory.close()
+
+
+def test_members_open_once_and_heads_stay_closed(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"abcdef")
+    directory = DirectorySource(tmp_path)
+    before = _open_fds()
+    assert directory.head("a", 4) == b"abcd" and _open_fds() == before
+    source = directory.open("a")
+    assert directory.open("a") is source and _open_fds() == before + 1
+    assert source.read(2, 3) == b"cde" and directory.head("a", 100) == b"abcdef"
+    directory.reopen()
+    directory.close()
+    assert _open_fds() == before
+
+
+def test_a_member_that_changed_size_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"abc")
+    directory = DirectorySource(tmp_path)
+    (tmp_path / "a").write_bytes(b"abcdef")
+    with pytest.raises(SourceError, match=r"file 'a' changed size while being opened"):
+        directory.open("a")
+
+
+def test_window() -> None:
+    base = BytesSource(b"0123456789", "base")
+    window = WindowSource(base, 3, 4)
+    assert (window.name, window.size, window.read(0, 4), window.read(1, 2)) == ("base[3:7]", 4, b"3456", b"45")
+    assert window.fileno() is None
+    with pytest.raises(SourceError, match=r"read of 2 bytes at offset 3 is outside the range \(4 bytes\)"):
+        window.read(3, 2)
+    with pytest.raises(SourceError, match=r"range \[8, 12\) is outside the file \(10 bytes\)"):
+        WindowSource(base, 8, 4)
+
+
+def test_every_member_can_stay_open_under_a_low_descriptor_limit(tmp_path: Path) -> None:
+    """A directory of more files than the soft limit on open files allows: opening it raises the limit (within
+    the hard one), so reading every member keeps working."""
+    for n in range(300):
+        (tmp_path / f"__{n}_0.distcp").write_bytes(b"x" * n)
+    script = f"""
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+from ckptfs.sources import DirectorySource
+directory = DirectorySource({str(tmp_path)!r})
+assert all(directory.open(name).size == int(name[2:].split("_")[0]) for name in directory.names())
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert int(result.stdout) == (300 + 256 if hard == resource.RLIM_INFINITY else min(300 + 256, hard))
