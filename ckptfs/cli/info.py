@@ -28,6 +28,7 @@ FORMAT_NAMES = {
     "legacy": "legacy torch.save stream (torch < 1.6)",
     "tar": "legacy TAR checkpoint (torch <= 0.3)",
     "pt2": "torch.export archive (.pt2)",
+    "safetensors": "safetensors file",
 }
 UNWRITTEN_SHOWN = 20
 """Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""

@@ -18,7 +18,7 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, zip_checkpoint
+from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, safetensors_file, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -76,10 +76,11 @@ def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
 FORMATS = (
     Format("zip", zip_checkpoint.probe, _open_zip),
     Format("tar", legacy_tar.probe, legacy_tar.open_tar),
+    Format("safetensors", safetensors_file.probe, safetensors_file.open_safetensors),
     Format("legacy", legacy.probe, legacy.open_legacy),
 )
 """Tried in order; zip covers torch.save archives, TorchScript and torch.export (.pt2) archives; tar, torch ≤ 0.3's
-checkpoints."""
+checkpoints; safetensors, the files ``ckptfs convert`` writes (so that ``diff`` compares a checkpoint with one)."""
 
 
 def _not_a_checkpoint(head: bytes) -> Exception:
@@ -90,8 +91,6 @@ def _not_a_checkpoint(head: bytes) -> Exception:
             return NotACheckpointError(f"{name}-compressed; decompress it first")
     if head.startswith(b"PYTORCH1"):
         return UnsupportedError("a pre-1.0 preview checkpoint (PYTORCH1), which torch itself refuses")
-    if len(head) >= 9 and int.from_bytes(head[:8], "little") < (1 << 30) and head[8:9] == b"{":
-        return NotACheckpointError("a safetensors file, not a PyTorch checkpoint")
     if head.startswith(b"GGUF"):
         return NotACheckpointError("a GGUF file, not a PyTorch checkpoint")
     if head.startswith(b"\x93NUMPY"):

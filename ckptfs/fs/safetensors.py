@@ -26,6 +26,7 @@ import struct
 from typing import Any, Callable, NamedTuple
 
 from ckptfs.errors import LimitExceededError
+from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.encoding import key_text
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
@@ -35,18 +36,6 @@ from ckptfs.reading.extents import Extent
 SAFETENSORS_NAME = "model.safetensors"
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors loader refuses longer headers."""
-DTYPE_NAMES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "complex64": "C64",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
-    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ",
-    "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": "F4",
-}
-"""safetensors 0.8's dtype names, by torch dtype."""
-PACKED_F4 = "float4_e2m1fn_x2"
-"""Two 4-bit values a byte: safetensors counts values, so its last axis is torch's doubled."""
-
-
 class Member(NamedTuple):
     name: str
     tensor: Tensor

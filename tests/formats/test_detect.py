@@ -76,7 +76,6 @@ NOT_CHECKPOINTS: dict[str, tuple[Callable[[Path], None], type[CkptfsError], str]
     "random": (lambda p: p.write_bytes(bytes(range(7, 200))), NotACheckpointError,
                "not a PyTorch checkpoint \\(starts with bytes 07 08 09 0a 0b 0c 0d 0e\\)"),
     "text": (lambda p: p.write_text("hello\n"), NotACheckpointError, "not a PyTorch checkpoint"),
-    "safetensors": (_safetensors, NotACheckpointError, "a safetensors file"),
     "numpy": (lambda p: p.write_bytes(_npy()), NotACheckpointError, "a numpy .npy file"),
     "gguf": (lambda p: p.write_bytes(b"GGUF\x03\x00\x00\x00" + bytes(64)), NotACheckpointError, "a GGUF file"),
     "hdf5": (lambda p: p.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(64)), NotACheckpointError, "an HDF5 file"),

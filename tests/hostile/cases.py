@@ -983,8 +983,25 @@ case("legacy_stream_garbage", "container", lambda env: _legacy_replaced(3, b"\x8
 case("not_empty", "container", lambda env: b"", NotACheckpointError, r"empty file")
 case("not_text", "container", lambda env: b"hello world\n" * 10, NotACheckpointError,
      r"not a PyTorch checkpoint \(starts with bytes 68 65 6c")
-case("not_safetensors", "container", lambda env: struct.pack("<Q", 2) + b"{}", NotACheckpointError,
-     r"a safetensors file")
+case("safetensors_offsets_past_data", "container",
+     lambda env: _safetensors({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 8),
+     CorruptCheckpointError, r"safetensors tensor 'w' has data_offsets \[0, 16\] outside the 8 data bytes")
+case("safetensors_shape_disagrees", "container",
+     lambda env: _safetensors({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, 8),
+     CorruptCheckpointError, r"safetensors tensor 'w' of shape \[1\] \(F32\) needs 4 bytes, its data_offsets give 8")
+case("safetensors_unknown_dtype", "container",
+     lambda env: _safetensors({"w": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, 16),
+     CorruptCheckpointError, r"safetensors tensor 'w' has an unknown dtype 'F128'")
+case("safetensors_header_not_json", "container", lambda env: struct.pack("<Q", 3) + b"{x}", CorruptCheckpointError,
+     r"safetensors header is not JSON")
+
+
+
+def _safetensors(header: dict, data_bytes: int) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + bytes(data_bytes)
+
+
 case("not_gguf", "container", lambda env: b"GGUF" + bytes(100), NotACheckpointError, r"a GGUF file")
 case("not_npy", "container", lambda env: b"\x93NUMPY" + bytes(100), NotACheckpointError, r"a numpy \.npy file")
 case("not_hdf5", "container", lambda env: b"\x89HDF\r\n\x1a\n" + bytes(100), NotACheckpointError, r"an HDF5 file")
