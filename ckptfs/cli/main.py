@@ -18,6 +18,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
+from ckptfs.cli.cache_options import add_cache_options
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
@@ -226,6 +227,7 @@ def _add_reading_commands(sub: Any) -> None:
                          "nbytes")
     _add_limit_option(ls, "command_limit")
     add_remote_options(ls)
+    add_cache_options(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
     info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
@@ -239,6 +241,7 @@ def _add_reading_commands(sub: Any) -> None:
                       help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
     _add_limit_option(info, "command_limit")
     add_remote_options(info)
+    add_cache_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
     for command in (add_cat_parser(sub), add_diff_parser(sub)):
@@ -278,6 +281,7 @@ def _add_mount_commands(sub: Any) -> None:
                      help="answer requests on several threads (default: one, which streams fastest)")
     _add_limit_option(mnt, "command_limit")
     add_remote_options(mnt)
+    add_cache_options(mnt)
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
                             description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "
