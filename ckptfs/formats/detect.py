@@ -60,14 +60,14 @@ def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
-    """A torch.save or TorchScript archive; a zip that is neither may be a torch.export archive (by its records)
-    or one file of a DCP directory."""
+    """A torch.save or TorchScript archive, or a torch.export archive (by its records), from one parse of the
+    central directory; a zip that is none of them may be one file of a DCP directory."""
     try:
-        return zip_checkpoint.open_zip(opening, limits)
+        archive = pt2.Pt2Zip(opening, limits)
+        if pt2.is_pt2(archive):
+            return pt2.open_pt2(archive, limits)
+        return zip_checkpoint.open_archive(archive, limits)
     except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
-        parsed = pt2.open_if_pt2(opening, limits)
-        if parsed is not None:
-            return parsed
         if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
-from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
+from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor, contiguous_strides
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
 from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 
@@ -292,9 +292,9 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     storage = Storage("inline", dtype, str(args[2]), numel, "pickle", size=len(array.data),
                       byteorder=byteorder, inline_data=array.data)
     if array.fortran_order:
-        stride = tuple(math.prod(array.shape[:i]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape[::-1])[::-1]
     else:
-        stride = tuple(math.prod(array.shape[i + 1 :]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape)
     return make_tensor(storage, 0, array.shape, stride, dtype, args[3])
 
 
