@@ -233,12 +233,17 @@ def _allow_descriptors(count: int) -> int:
 
 
 def _list_members(path: str) -> dict[str, int]:
+    """The regular files of the directory, with their sizes; a symbolic link counts when it leads to a regular
+    file of the directory itself (a link out of it is left out: no metadata makes ckptfs read other files)."""
     members: dict[str, int] = {}
+    root = os.path.realpath(path)
     try:
         with os.scandir(path) as entries:
             for entry in entries:
                 try:
                     if not entry.is_file(follow_symlinks=True):
+                        continue
+                    if entry.is_symlink() and os.path.dirname(os.path.realpath(entry.path)) != root:
                         continue
                     size = entry.stat(follow_symlinks=True).st_size
                 except OSError:

@@ -144,3 +144,23 @@ def test_a_checkpoint_of_more_files_than_may_stay_open(tmp_path: Path, monkeypat
                 assert ck.read(tensor) == raw_bytes(state[name])
                 assert _descriptors_into(tmp_path / "ck") <= 2
     assert _descriptors_into(tmp_path / "ck") == 0
+
+
+def test_links_out_of_the_directory_are_no_members(tmp_path: Path) -> None:
+    """A symbolic link is a member when it leads to a file of the directory itself, never to a file elsewhere
+    (``/etc/passwd``, a sibling directory's file, a file in a subdirectory) nor to a directory."""
+    directory = tmp_path / "ck"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "real.distcp").write_bytes(b"0123")
+    (directory / "sub" / "deep").write_bytes(b"x")
+    (tmp_path / "outside").write_bytes(b"secret")
+    for name, target in (("inside.distcp", "real.distcp"), ("passwd.distcp", "/etc/passwd"),
+                         ("up.distcp", "../outside"), ("deep.distcp", "sub/deep"), ("dir.distcp", "sub"),
+                         ("dangling.distcp", "nothing")):
+        (directory / name).symlink_to(target)
+    source = DirectorySource(directory)
+    assert source.names() == {"inside.distcp": 4, "real.distcp": 4}
+    assert source.open("inside.distcp").read(0, 4) == b"0123"
+    with pytest.raises(SourceError, match="no file 'passwd.distcp' in the directory"):
+        source.open("passwd.distcp")
+    source.close()
