@@ -233,11 +233,19 @@ def _file(name: str, data: bytes | Link | None) -> Callable[[Layout], None]:
     return mutate
 
 
-def _zstd_bomb(layout: Layout) -> None:
-    """``model.b``'s 3 floats (about 1.2 KiB of blob) as a zstd frame of a few KiB that decompresses to 64 MiB."""
-    import zstandard
+def rle_frame(blocks: int) -> bytes:
+    """A zstd frame of ``blocks`` run-length blocks of 128 KiB of zeros, 4 bytes each (RFC 8878: a frame header
+    with a 2 MiB window and no content size, then block headers of type RLE, the last one marked)."""
+    def block(last: int) -> bytes:
+        return (last | 1 << 1 | (128 << 10) << 3).to_bytes(3, "little") + b"\x00"
 
-    frame = zstandard.ZstdCompressor().compress(bytes(64 << 20))
+    return b"\x28\xb5\x2f\xfd\x00\x58" + block(0) * (blocks - 1) + block(1)
+
+
+def _zstd_bomb(layout: Layout) -> None:
+    """``model.b``'s 3 floats (about 1.2 KiB of blob) as a zstd frame of 32 KiB that decompresses to 1 GiB: the
+    decoder is fed little at a time, so it never holds more than a few MiB past the item's bound."""
+    frame = rle_frame(8192)
     layout.files["bomb.distcp"] = frame
     _set("model.b", (0,), file="bomb.distcp", offset=0, length=len(frame), transforms=["stream.zstd/1"])(layout)
 
