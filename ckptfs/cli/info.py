@@ -29,6 +29,7 @@ FORMAT_NAMES = {
     "tar": "legacy TAR checkpoint (torch <= 0.3)",
     "pt2": "torch.export archive (.pt2)",
     "safetensors": "safetensors file",
+    "safetensors_dir": "directory of safetensors files (HuggingFaceStorageWriter, save_pretrained)",
 }
 UNWRITTEN_SHOWN = 20
 """Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""

@@ -18,7 +18,16 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, safetensors_file, zip_checkpoint
+from ckptfs.formats import (
+    dcp,
+    dcp_directory,
+    hf_directory,
+    legacy,
+    legacy_tar,
+    pt2,
+    safetensors_file,
+    zip_checkpoint,
+)
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -42,6 +51,10 @@ class Format(NamedTuple):
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
     if isinstance(source, SourceSet):
+        if not dcp_directory.metadata_files(source):
+            members = hf_directory.safetensors_members(source)
+            if hf_directory.is_safetensors_directory(source, members):
+                return hf_directory.open_safetensors_directory(source, members, limits)
         return dcp_directory.open_dcp(source, limits)
     if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")

@@ -1,4 +1,5 @@
-"""Hostile torch.distributed.checkpoint directories, made byte by byte (no torch): a ``.metadata`` pickle of the
+"""Hostile torch.distributed.checkpoint directories (and directories of safetensors files, as
+``HuggingFaceStorageWriter`` writes them), made byte by byte (no torch): a ``.metadata`` pickle of the
 classes torch writes, and ``.distcp`` files of hand-made torch.save blobs. A case is a directory: a dict of file
 name → bytes (or ``Link``), written to a temporary directory by the fixtures and the fuzzer.
 
@@ -9,6 +10,7 @@ case changes what the metadata says or what the files hold.
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from dataclasses import dataclass, field
@@ -348,3 +350,40 @@ case("dcp_metadata_not_metadata", "dcp", directory(metadata=lambda data: pickle(
 case("dcp_metadata_huge_string", "dcp",
      directory(metadata=lambda data: data[:-2] + b"0X" + struct.pack("<I", 0xFFFFFFF0) + b"abc."),
      CorruptCheckpointError, r"truncated")
+
+
+def _safetensors(header: dict, data: bytes, metadata: dict | None = None) -> bytes:
+    text = json.dumps({**({"__metadata__": metadata} if metadata else {}), **header}).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+_ST_W = _safetensors({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, W[:16])
+_INDEX = "model.safetensors.index.json"
+
+
+def _reads_w(ck: ckptfs.Checkpoint) -> None:
+    assert ck.format == "safetensors_dir" and ck.read(ck.root["w"]) == W[:16]
+
+
+def _hf(files: dict[str, bytes | Link]) -> Callable[[Env], dict[str, bytes | Link]]:
+    return lambda env: files
+
+
+case("hf_valid", "dcp", _hf({"a.safetensors": _ST_W, _INDEX: b'{"weight_map": {"w": "a.safetensors"}}'}),
+     check=_reads_w)
+case("hf_index_traversal", "dcp", _hf({"a.safetensors": _ST_W,
+                                       _INDEX: b'{"weight_map": {"w": "a.safetensors", "v": "../../etc/passwd"}}'}),
+     CorruptCheckpointError, r"lists '../../etc/passwd', which is not in the directory")
+case("hf_index_huge_nesting", "dcp", _hf({"a.safetensors": _ST_W, _INDEX: b"[" * 100_000}),
+     CorruptCheckpointError, r"model.safetensors.index.json is not JSON")
+case("hf_shard_offsets", "dcp",
+     _hf({"a.safetensors": _safetensors({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, W[:16],
+                                        {"DCP_SHARDING_INFO": '{"w": {"saved_offsets": [2, 0]}}'})}),
+     UnsupportedError, r"a.safetensors: tensor 'w' is a shard at \[2, 0\]")
+case("hf_data_offsets_past_the_file", "dcp",
+     _hf({"a.safetensors": _safetensors({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 1 << 40]}},
+                                        W[:16])}),
+     CorruptCheckpointError, r"a.safetensors: safetensors tensor 'w' has data_offsets \[0, 1099511627776\] outside")
+case("hf_torch_save_blob_first", "dcp",
+     _hf({"a.safetensors": zip_checkpoint(pickle(i(5))) + _ST_W, _INDEX: b'{"weight_map": {"w": "a.safetensors"}}'}),
+     UnsupportedError, r"'a.safetensors' holds a torch.save blob before its safetensors header")
