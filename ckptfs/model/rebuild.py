@@ -219,13 +219,14 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
 
 
 def _has_content(state: Any) -> bool:
-    """Whether ``state``, or a tuple it nests, holds a non-empty dict (each tuple looked at once)."""
+    """Whether ``state``, or a tuple or list it nests, holds a non-empty dict or an object (each container looked
+    at once): a ShardedTensor's state is a list of its local ``Shard`` objects, first."""
     pending, seen = [state], set()
     while pending:
         item = pending.pop()
-        if isinstance(item, dict) and item:
+        if (isinstance(item, dict) and item) or isinstance(item, PickledObject):
             return True
-        if isinstance(item, tuple) and id(item) not in seen:
+        if isinstance(item, (tuple, list)) and id(item) not in seen:
             seen.add(id(item))
             pending.extend(item)
     return False
