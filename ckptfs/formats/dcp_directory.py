@@ -25,7 +25,7 @@ from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import dtype_by_name
-from ckptfs.model.records import Chunk, Key, Storage, Tensor
+from ckptfs.model.records import Chunk, Key, Storage, Tensor, contiguous_strides
 from ckptfs.sources import ByteSource, SourceSet, WindowSource
 
 GLOBAL_METADATA = ".metadata"
@@ -152,8 +152,7 @@ def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory
     chunks = [_chunk(box, _info(metadata, directory, (fqn, box.offsets))) for box in item.chunks]
     if len(chunks) <= OVERLAP_CHECKED_CHUNKS:
         _check_disjoint(fqn, item.chunks)
-    stride = tuple(math.prod(item.size[i + 1:]) for i in range(len(item.size)))
-    return Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=chunks)
+    return Tensor(item.dtype, item.size, contiguous_strides(item.size), 0, None, item.requires_grad, chunks=chunks)
 
 
 def _check_disjoint(fqn: str, boxes: list[Box]) -> None:

@@ -69,9 +69,11 @@ def probe(opening: Prefetch, head: bytes, limits: Limits) -> bool:
 
 
 def open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
-    archive = ZipArchive(opening, limits)
-    if archive.entry("archive_format") is not None:
-        raise UnsupportedError("torch.export (.pt2) archives are not supported")
+    return open_archive(ZipArchive(opening, limits), limits)
+
+
+def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
+    """A torch.save or TorchScript archive whose central directory is parsed."""
     is_torchscript = archive.entry("constants.pkl") is not None
     if archive.entry("data.pkl") is None:
         raise NotACheckpointError(NOT_A_CHECKPOINT)

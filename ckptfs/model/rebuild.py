@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
-from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
+from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor, contiguous_strides
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
 from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 
@@ -219,13 +219,14 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
 
 
 def _has_content(state: Any) -> bool:
-    """Whether ``state``, or a tuple it nests, holds a non-empty dict (each tuple looked at once)."""
+    """Whether ``state``, or a tuple or list it nests, holds a non-empty dict or an object (each container looked
+    at once): a ShardedTensor's state is a list of its local ``Shard`` objects, first."""
     pending, seen = [state], set()
     while pending:
         item = pending.pop()
-        if isinstance(item, dict) and item:
+        if (isinstance(item, dict) and item) or isinstance(item, PickledObject):
             return True
-        if isinstance(item, tuple) and id(item) not in seen:
+        if isinstance(item, (tuple, list)) and id(item) not in seen:
             seen.add(id(item))
             pending.extend(item)
     return False
@@ -292,9 +293,9 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     storage = Storage("inline", dtype, str(args[2]), numel, "pickle", size=len(array.data),
                       byteorder=byteorder, inline_data=array.data)
     if array.fortran_order:
-        stride = tuple(math.prod(array.shape[:i]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape[::-1])[::-1]
     else:
-        stride = tuple(math.prod(array.shape[i + 1 :]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape)
     return make_tensor(storage, 0, array.shape, stride, dtype, args[3])
 
 
