@@ -20,7 +20,7 @@ def set_items(target: Any, pairs: list[tuple[Any, Any]]) -> None:
         for k, v in pairs:
             target[hashable_key(k)] = v
     elif isinstance(target, PickledObject):
-        target.dict_items.extend((hashable_key(k), v) for k, v in pairs)
+        target.appended_dict().extend((hashable_key(k), v) for k, v in pairs)
     else:
         raise UnpicklingError(f"SETITEM on a {type(target).__name__}, which is not a mapping")
 
@@ -29,7 +29,7 @@ def append_items(target: Any, items: list[Any]) -> None:
     if isinstance(target, list):
         target.extend(items)
     elif isinstance(target, PickledObject):
-        target.list_items.extend(items)
+        target.appended_list().extend(items)
     else:
         raise UnpicklingError(f"APPEND on a {type(target).__name__}, which is not a list")
 
@@ -139,7 +139,7 @@ def _additems(u: Machine) -> None:
     if isinstance(target, set):
         target.update(hashable_key(v) for v in items)
     elif isinstance(target, PickledObject):
-        target.list_items.extend(items)
+        target.appended_list().extend(items)
     else:
         raise UnpicklingError(f"ADDITEMS on a {type(target).__name__}, which is not a set")
 

@@ -45,6 +45,9 @@ _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
 _ABSENT = object()
+MAX_TUPLES = 4096
+_TUPLES: dict[bytes, list[int]] = {}
+"""Sizes and strides by their opcodes, read once: a checkpoint has few distinct shapes."""
 
 
 class _Fallback(Exception):
@@ -144,20 +147,29 @@ def _int(raw: bytes) -> int:
 
 def _tuple(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
     raw: bytes = g[at]
-    if raw == b")":
-        value: tuple[int, ...] = ()
-    else:
-        if raw[0] == 0x28:
-            body, count = raw[1:-1], -1
-        else:
-            body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
-        if body[::2] == b"K" * (len(body) // 2) and len(body) % 2 == 0:
-            value = tuple(body[1::2])  # all BININT1: every other byte is a value
-        else:
-            value = tuple(_ints(body))
-        if count >= 0 and len(value) != count:
-            raise _Fallback
+    items = _TUPLES.get(raw)
+    if items is None:
+        items = list(_parse_tuple(raw))
+        if len(_TUPLES) < MAX_TUPLES:
+            _TUPLES[raw] = items
+    value = tuple(items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
     _put(u, g, at + 1, value, undo)
+    return value
+
+
+def _parse_tuple(raw: bytes) -> tuple[int, ...]:
+    if raw == b")":
+        return ()
+    if raw[0] == 0x28:
+        body, count = raw[1:-1], -1
+    else:
+        body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
+    if body[::2] == b"K" * (len(body) // 2) and len(body) % 2 == 0:
+        value = tuple(body[1::2])  # all BININT1: every other byte is a value
+    else:
+        value = tuple(_ints(body))
+    if count >= 0 and len(value) != count:
+        raise _Fallback
     return value
 
 

@@ -155,19 +155,19 @@ class SafeUnpickler(Machine):
                 self.pos = pos + 1
                 if not metastack:
                     raise UnpicklingError(f"no MARK on the stack at offset {pos}")
-                items = tuple(stack)
+                made = tuple(stack)
                 stack = self.stack = metastack.pop()
                 if len(stack) >= max_depth:
                     raise _too_deep(max_depth)
-                stack.append(items)
+                stack.append(made)
                 continue
             if 0x85 <= op <= 0x87:  # TUPLE1, TUPLE2, TUPLE3: pop n, push one (no depth check can fail)
                 n = op - 0x84
                 if len(stack) < n:
                     raise UnpicklingError(f"stack underflow at offset {pos}")
-                items = tuple(stack[-n:])
+                made = tuple(stack[-n:])
                 del stack[-n:]
-                stack.append(items)
+                stack.append(made)
                 self.pos = pos + 1
                 continue
             if op == 0x81 or op == 0x52:  # NEWOBJ, REDUCE: pops two, pushes one (no depth check can fail)
