@@ -77,7 +77,8 @@ def apply(u: Machine, match: re.Match[bytes]) -> bool:
         stride = _tuple(memo, g[22], g[23], undo)
         ordered_dict = _class(u, g, 25, undo)
     except _Fallback:
-        for index, old in reversed(undo):
+        while undo:
+            index, old = undo.pop()
             if old is _ABSENT:
                 del memo[index]
             else:

@@ -213,10 +213,11 @@ class SafeUnpickler(Machine):
                 else:
                     set_items(target, list(zip(items[0::2], items[1::2])))
                 continue
-            if op == 0x28:  # MARK: perhaps the start of a tensor record
-                record = record_match(data, pos)
-                if record is not None and tensor_record.apply(self, record):
-                    continue
+            if op == 0x28:  # MARK: perhaps the start of a tensor record (two MARKs)
+                if pos + 1 < end and data[pos + 1] == 0x28:
+                    record = record_match(data, pos)
+                    if record is not None and tensor_record.apply(self, record):
+                        continue
                 if len(metastack) >= max_depth:
                     raise LimitExceededError(
                         f"pickle nests more than {max_depth} MARKs (limit max_stack_depth)")

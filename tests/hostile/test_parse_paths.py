@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
 from corpus import CORPUS_NAMES, CorpusFile
+from dcp_writers import simulate_ranks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +37,7 @@ from hostile.fuzz_target import Mutator
 from hostile.seeds import SEED_NAMES
 
 MUTANTS = 600
+DCP_MUTANTS = 300
 
 
 @contextlib.contextmanager
@@ -87,6 +91,35 @@ def test_seeds_and_their_mutants_same_on_both_paths(seeds: dict[str, bytes]) -> 
         fast, reference = both_paths(lambda: opened(BytesSource(data, "fuzz.pt")))
         assert fast == reference
         outcomes.add(fast[0] if isinstance(fast, tuple) else "opened")
+    assert {"opened", "UnpicklingError", "CorruptCheckpointError"} <= outcomes
+
+
+def test_dcp_directory_and_its_mutants_same_on_both_paths(tmp_path: Path) -> None:
+    """``.metadata`` is dataclasses (NEWOBJ, BUILD, SETITEMS…): the directory, then its pickle mutated."""
+    state = {f"layer.{n}.weight": torch.arange(32, dtype=torch.float32).reshape(8, 4) + n for n in range(6)}
+    state["step"] = torch.tensor(7)
+    base = tmp_path / "base"
+    simulate_ranks(state, {name: (n % 2, 2 + n % 3) for n, name in enumerate(state) if name != "step"}, base, world=2)
+    fast, reference = both_paths(lambda: opened(base))
+    assert isinstance(fast, str) and fast == reference
+    metadata = (base / ".metadata").read_bytes()
+    rng = random.Random(16)
+    outcomes = set()
+    for n in range(DCP_MUTANTS):
+        data = bytearray(metadata)
+        for _ in range(rng.choice((1, 1, 2, 4))):
+            at = rng.randrange(len(data))
+            if rng.random() < 0.1:
+                del data[at:]
+            else:
+                data[at] = rng.randrange(256)
+        mutant = tmp_path / f"m{n}"
+        shutil.copytree(base, mutant)
+        (mutant / ".metadata").write_bytes(bytes(data))
+        fast, reference = both_paths(lambda: opened(mutant))
+        assert fast == reference
+        outcomes.add(fast[0] if isinstance(fast, tuple) else "opened")
+        shutil.rmtree(mutant)
     assert {"opened", "UnpicklingError", "CorruptCheckpointError"} <= outcomes
 
 
