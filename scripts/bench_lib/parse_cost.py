@@ -3,10 +3,12 @@
 Writes with torch (once; reused from ``--workdir``) a torch.save zip of 200,000 and one of 20,000 small
 tensors named like a mixture-of-experts model's (``model.layers.L.mlp.experts.E.wK.weight``, fp32, bf16,
 fp16 and int8 in turn), and a torch.distributed.checkpoint directory of 2,000 tensors cut in 4 chunks
-each (4 simulated ranks). For each it times, in a fresh process per run (no torch imported there),
-``ckptfs.open`` until the tensors are collected, and the standard library's C unpickler going through the
-same pickle with placeholders for every class and persistent id (``pickle_floor.py``: the floor of a
-Python reader). ``--profile NAME`` runs cProfile on one ``ckptfs.open`` of that case instead.
+each (4 simulated ranks). For each it times, in a fresh process per run (no torch imported there), the CPU
+time of ``ckptfs.open`` until the tensors are collected (the cyclic GC paused, as ``ckptfs mount`` and the CLI
+do), and of the standard library's C unpickler going through the same pickle with placeholders for every
+class and persistent id (``pickle_floor.py``: the floor of a Python reader). CPU time, so that other work on
+the machine stretches the figures less. ``--profile NAME`` runs cProfile on one ``ckptfs.open`` of that case
+instead; ``--env PYTHONPATH=DIR`` times a copy of ckptfs in ``DIR`` (a compiled one, say).
 Needs the test extra (torch) only to write the checkpoints.
 """
 
@@ -80,9 +82,10 @@ def measure_once(side: str, path: str) -> float:
     """Runs in a fresh child: seconds for one open (ckptfs) or one C unpickling (floor)."""
     if side == "ckptfs":
         import ckptfs
+        from ckptfs.gc_pause import gc_paused
 
         start = time.process_time()
-        with ckptfs.open(path) as ck:
+        with gc_paused(), ckptfs.open(path) as ck:  # as ``ckptfs mount`` and the CLI open
             count = len(ck)
         elapsed = time.process_time() - start
     else:
