@@ -24,7 +24,6 @@ from ckptfs.pickle.opcodes import stop as stop_step
 from ckptfs.pickle.scalars import unicode_text
 from ckptfs.pickle.values import Buildable, PickledObject, Resolver, hashable_key
 
-
 FAST_PATHS = os.environ.get("CKPTFS_PICKLE_FAST_PATHS", "1") != "0"
 """Whether ``load`` runs its inline opcodes and tensor records; off (``CKPTFS_PICKLE_FAST_PATHS=0``, read once at
 import) every opcode goes through ``OPCODES``: the reference the fast paths are tested against."""
@@ -36,8 +35,9 @@ class SafeUnpickler(Machine):
 
         One long loop on purpose: the opcodes of a torch state dict and of
         dataclass pickles (memo, strings, small ints, tuples, dicts, NEWOBJ,
-        BUILD) are handled inline, and the ~28 opcodes of each tensor record in
-        one step (``tensor_record``); a call per opcode would double the cost of
+        BUILD) are handled inline, two runs of six common in dataclass pickles
+        each in one step, and the ~28 opcodes of each tensor record in one
+        step (``tensor_record``); a call per opcode would double the cost of
         opening a checkpoint. Each inline opcode does what its ``OPCODES``
         step does, checks and messages in the same order; every other opcode,
         and an inline one whose argument runs past the end, goes through the
@@ -133,6 +133,34 @@ class SafeUnpickler(Machine):
                 else:
                     stack.append(unpack_i32(data, pos + 1)[0])
                 self.pos = pos + width
+                continue
+            if (op == 0x29 and data.startswith(_NEW_OBJECT, pos) and stack and len(stack) < max_depth
+                    and len(metastack) < max_depth and len(memo) + 2 <= max_memo):
+                # A dataclass's object made and its attribute dict opened, when none of the six steps' checks
+                # can fail: the steps' effects in their order.
+                self.pos = pos + 2
+                made = self.call(stack[-1], ())
+                stack[-1] = made
+                memo[len(memo)] = made
+                attributes: dict[Any, Any] = {}
+                stack.append(attributes)
+                memo[len(memo)] = attributes
+                metastack.append(stack)
+                stack = self.stack = []
+                self.pos = pos + len(_NEW_OBJECT)
+                continue
+            if op == 0x86 and data.startswith(_CALL_ON_PAIR, pos) and len(stack) >= 3 and len(memo) + 3 <= max_memo:
+                # A call on one pair (``torch.Size((a, b))``), when none of the six steps' checks can fail.
+                pair = (stack[-2], stack[-1])
+                del stack[-2:]
+                memo[len(memo)] = pair
+                args = (pair,)
+                memo[len(memo)] = args
+                self.pos = pos + 5
+                made = self.call(stack[-1], args)
+                stack[-1] = made
+                memo[len(memo)] = made
+                self.pos = pos + len(_CALL_ON_PAIR)
                 continue
             if op in _CONSTANTS:
                 if len(stack) >= max_depth:
@@ -257,6 +285,10 @@ def run_steps(u: Machine) -> Any:
 
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
+_NEW_OBJECT = b")\x81\x94}\x94("
+"""EMPTY_TUPLE NEWOBJ MEMOIZE EMPTY_DICT MEMOIZE MARK: how pickle protocol 4 starts a dataclass (DCP .metadata)."""
+_CALL_ON_PAIR = b"\x86\x94\x85\x94R\x94"
+"""TUPLE2 MEMOIZE TUPLE1 MEMOIZE REDUCE MEMOIZE."""
 _CONSTANTS = frozenset({0x29, 0x7D, 0x89, 0x5D, 0x4E, 0x88})
 
 

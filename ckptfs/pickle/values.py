@@ -87,7 +87,9 @@ Resolver = Callable[[Global], Handler | None]
 
 _REPR_DEPTH = 3
 _REPR_ITEMS = 4
-_BRACKETS: dict[type, tuple[str, str]] = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}")}
+_BRACKETS: dict[type, tuple[str, str]] = {
+    list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}"),
+}
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

@@ -133,9 +133,8 @@ def profile(path: str) -> None:
 
     import ckptfs
 
-    with cProfile.Profile() as prof:
-        with ckptfs.open(path) as ck:
-            len(ck)
+    with cProfile.Profile() as prof, ckptfs.open(path) as ck:
+        len(ck)
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
@@ -158,7 +157,8 @@ def main() -> None:
         profile(str(paths[a.profile]))
         return
     env = dict(item.split("=", 1) for item in a.env)
-    print(f"{'case':8} {'tensors':>8} {'ckptfs s':>9} {'µs/tensor':>10} {'C floor s':>10} {'µs/tensor':>10} {'ratio':>6}")
+    print(f"{'case':8} {'tensors':>8} {'ckptfs s':>9} {'µs/tensor':>10} {'C floor s':>10} {'µs/tensor':>10} "
+          f"{'ratio':>6}")
     for name in a.cases.split(","):
         ours = statistics.median(child("ckptfs", str(paths[name]), env) for _ in range(a.runs))
         floor = statistics.median(child("floor", str(paths[name]), {}) for _ in range(a.runs))

@@ -88,7 +88,7 @@ def test_seeds_and_their_mutants_same_on_both_paths(seeds: dict[str, bytes]) -> 
     inputs = [seeds[name] for name in SEED_NAMES] + [mutate() for _ in range(MUTANTS)]
     outcomes = set()
     for data in inputs:
-        fast, reference = both_paths(lambda: opened(BytesSource(data, "fuzz.pt")))
+        fast, reference = both_paths(lambda data=data: opened(BytesSource(data, "fuzz.pt")))
         assert fast == reference
         outcomes.add(fast[0] if isinstance(fast, tuple) else "opened")
     assert {"opened", "UnpicklingError", "CorruptCheckpointError"} <= outcomes
@@ -116,7 +116,7 @@ def test_dcp_directory_and_its_mutants_same_on_both_paths(tmp_path: Path) -> Non
         mutant = tmp_path / f"m{n}"
         shutil.copytree(base, mutant)
         (mutant / ".metadata").write_bytes(bytes(data))
-        fast, reference = both_paths(lambda: opened(mutant))
+        fast, reference = both_paths(lambda mutant=mutant: opened(mutant))
         assert fast == reference
         outcomes.add(fast[0] if isinstance(fast, tuple) else "opened")
         shutil.rmtree(mutant)
@@ -130,8 +130,9 @@ SNIPPETS = [
     b"X\x01\x00\x00\x00b", b"\x8c\x01\xff", b"\x94", b"q\x00", b"q\x01", b"r\x02\x00\x00\x00", b"h\x00", b"h\x01",
     b"j\x02\x00\x00\x00", b"h\x09", b"t", b"\x85", b"\x86", b"\x87", b"u", b"e", b"s", b"a", b"R", b"\x81", b"b",
     b"cmod\nname\n", b"ctorch._utils\n_rebuild_tensor_v2\n", b"ccollections\nOrderedDict\n", b"0", b"1", b"2",
-    b"d", b"l", b"\x8f", b"\x90", b"\x91", b"Q", b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nq\x03"
-    b"X\x01\x00\x00\x000q\x04X\x03\x00\x00\x00cpuq\x05K\x04tq\x06Q",
+    b"d", b"l", b"\x8f", b"\x90", b"\x91", b"Q", b")\x81\x94}\x94(", b"\x86\x94\x85\x94R\x94",
+    (b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nq\x03"
+     b"X\x01\x00\x00\x000q\x04X\x03\x00\x00\x00cpuq\x05K\x04tq\x06Q"),
 ]
 """Opcodes with arguments, and a whole persistent id: each inline opcode, its neighbours and the table's."""
 TENSOR = (b"ctorch._utils\n_rebuild_tensor_v2\nq\x00((X\x07\x00\x00\x00storageq\x01ctorch\nFloatStorage\nq\x02"
@@ -202,3 +203,19 @@ def test_tensor_records_same_on_both_paths(depth: int, memo: int) -> None:
     assert fast == reference
     if depth > 100:
         assert fast[0][0] == "dict" and len(fast[0][1]) == 3 and fast[0][1][0][1][0] == "tensor"
+
+
+DATACLASS = b"\x80\x04cmod\nBox\n)\x81\x94}\x94(\x8c\x01a\x94cmod\nSize\nK\x01K\x02\x86\x94\x85\x94R\x94ub."
+"""A dataclass pickled by protocol 4: both fused runs of six opcodes (``)\\x81\\x94}\\x94(`` and
+``\\x86\\x94\\x85\\x94R\\x94``) at every limit around them."""
+
+
+@pytest.mark.parametrize("depth", range(1, 8))
+@pytest.mark.parametrize("memo", range(1, 9))
+@pytest.mark.parametrize("known", [False, True])
+def test_dataclass_runs_same_on_both_paths(depth: int, memo: int, known: bool) -> None:
+    fast, reference = both_paths(lambda: interpreted(DATACLASS, Limits(max_stack_depth=depth, max_memo_entries=memo),
+                                                     known))
+    assert fast == reference
+    if depth >= 4 and memo >= 6:
+        assert fast[0][0] == "object" and fast[0][4][1][0][0] == ("str", "a")
