@@ -90,7 +90,7 @@ def make_tensor(
     stride_t = _dims(stride, "stride")
     if len(shape_t) != len(stride_t):
         raise _corrupt(f"tensor size {shape_t} and stride {stride_t} differ in rank")
-    offset_i = _int(offset, "storage offset")
+    offset_i = offset if type(offset) is int else _int(offset, "storage offset")
     if offset_i < 0:
         raise _corrupt(f"negative storage offset {offset_i}")
     if offset_i >= INT64_END:
@@ -98,7 +98,8 @@ def make_tensor(
     numel = math.prod(shape_t)
     if numel > MAX_ELEMENTS:
         raise _corrupt(f"tensor of size {shape_t} has more than 2**62 elements")
-    tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, bool(requires_grad), kind=kind)
+    tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, requires_grad is True or bool(requires_grad),
+                    False, kind)
     if storage is not None and numel > 0:
         last = offset_i + sum(map(operator.mul, shape_t, stride_t)) - sum(stride_t)  # Σ (n - 1)·s, every n ≥ 1
         needed = -(-(last + 1) // dtype.packing) * dtype.itemsize
@@ -111,7 +112,7 @@ def make_tensor(
 
 
 def _apply_metadata(tensor: Tensor, metadata: Any) -> Tensor:
-    if isinstance(metadata, dict):
+    if isinstance(metadata, dict) and metadata:
         tensor.conj = bool(metadata.get("conj", False))
         tensor.neg = bool(metadata.get("neg", False))
     return tensor
