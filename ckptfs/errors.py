@@ -62,3 +62,7 @@ class OutputError(CkptfsError):
 
 class ObjectChangedError(SourceError):
     """A remote object was replaced while open: its bytes would mix two versions."""
+
+
+class NoSuchObjectError(SourceError):
+    """What a path or URL names does not exist (HTTP 404, no such key, no such file)."""

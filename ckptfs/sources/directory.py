@@ -1,9 +1,10 @@
 """A directory as a set of named byte sources, each file opened on first use.
 
 A checkpoint made of several files (a torch.distributed.checkpoint directory)
-reads its members through ``SourceSet``: ``names`` lists them with their sizes
-once, ``open`` gives a member's ``ByteSource``. A remote prefix (``s3://b/step/``)
-can offer the same interface; format code never calls ``os`` itself.
+reads its members through ``SourceSet``: ``open`` gives a member's ``ByteSource``,
+``names`` lists them with their sizes. A URL prefix (``s3://b/step/``,
+``sources.prefix``) offers the same interface; format code never calls ``os``
+itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import stat
 import threading
 from typing import Protocol, runtime_checkable
 
-from ckptfs.errors import LimitExceededError, SourceError
+from ckptfs.errors import LimitExceededError, NoSuchObjectError, SourceError
 from ckptfs.sources.base import ByteSource, SourceStat
 from ckptfs.sources.local import LocalFileSource
 
@@ -25,14 +26,23 @@ SPARE_DESCRIPTORS = 256
 
 @runtime_checkable
 class SourceSet(Protocol):
-    """Named byte sources below one name (a local directory, later a remote prefix)."""
+    """Named byte sources below one name (a local directory, a URL prefix: ``sources.prefix``)."""
 
     name: str
     size: int
-    """Total size of the members, in bytes."""
+    """Total size of the members, in bytes (of those known: a prefix not listed knows the ones opened)."""
+    probe_all: bool
+    """Whether every member may be looked at by content (``head``) to find metadata: cheap in a local directory,
+    a request each on object storage."""
 
     def names(self) -> dict[str, int]:
-        """Every member's name and size (regular files only, in name order)."""
+        """Every member's name and size (regular files only, in name order): a listing, which a set may be
+        unable to make (an http(s):// prefix: SourceError)."""
+        ...
+
+    def member_size(self, member: str) -> int | None:
+        """The member's size; None where it is not known before the member is opened (a prefix not listed);
+        NoSuchObjectError where the set knows there is no such member."""
         ...
 
     def open(self, member: str) -> ByteSource:
@@ -52,6 +62,8 @@ class DirectorySource:
     ``close`` cover every member opened.
     """
 
+    probe_all = True
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.name = os.fspath(path)
         try:
@@ -69,6 +81,12 @@ class DirectorySource:
 
     def names(self) -> dict[str, int]:
         return self._members
+
+    def member_size(self, member: str) -> int | None:
+        size = self._members.get(member)
+        if size is None:
+            raise NoSuchObjectError(f"no file {member!r} in the directory", self.name)
+        return size
 
     def open(self, member: str) -> ByteSource:
         source = self._open.get(member)

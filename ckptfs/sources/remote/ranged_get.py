@@ -22,7 +22,7 @@ import threading
 from typing import NamedTuple, Protocol
 
 from ckptfs.errors import ObjectChangedError
-from ckptfs.sources.remote.retry import PermanentError, RetryPolicy, TransientError
+from ckptfs.sources.remote.retry import MissingError, PermanentError, RetryPolicy, TransientError
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _ERROR_CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
@@ -164,7 +164,7 @@ class RangedGetter:
             what = f"HTTP {status} {_phrase(status, response.reason)}{_error_detail(response)}"
             if status in TRANSIENT_STATUS:
                 raise TransientError(what)
-            raise PermanentError(what)
+            raise MissingError(what) if status == 404 else PermanentError(what)
         self._check_version(response, size)
         count = last - first + 1
         if view is None and (count > start or last != size - 1):
