@@ -65,4 +65,4 @@ class ObjectChangedError(SourceError):
 
 
 class NoSuchObjectError(SourceError):
-    """What a path or URL names does not exist (HTTP 404, no such key, no such file)."""
+    """What a path or URL names is not there to read (HTTP 404, or 403 where a store hides what is missing)."""

@@ -22,7 +22,7 @@ class PermanentError(Exception):
 
 
 class MissingError(PermanentError):
-    """The object is not there (404): a URL without its trailing slash may name a directory instead."""
+    """No object to read there (403, 404): a URL without its trailing slash may name a directory instead."""
 
 
 class RetryPolicy:

@@ -3,6 +3,7 @@ page): what a DCP directory saved without collectives needs to find its per-rank
 
 from __future__ import annotations
 
+import http
 import http.client
 import ssl
 import xml.etree.ElementTree as ElementTree
@@ -15,6 +16,8 @@ from ckptfs.sources.remote.s3_endpoint import S3Endpoint
 MAX_PAGE_BYTES = 16 << 20
 """A page of at most 1,000 keys is ~300 KiB of XML; a larger answer is refused, not read without bound."""
 MAX_OBJECTS = 1_000_000
+PAGE_KEYS = 1000
+"""Keys asked a page (S3's maximum)."""
 
 
 def list_prefix(endpoint: S3Endpoint, prefix: str, retry: RetryPolicy, timeout: float, name: str) -> dict[str, int]:
@@ -22,7 +25,7 @@ def list_prefix(endpoint: S3Endpoint, prefix: str, retry: RetryPolicy, timeout: 
     found: dict[str, int] = {}
     token: str | None = None
     while True:
-        query = {"list-type": "2", "delimiter": "/", **({"prefix": prefix} if prefix else {}),
+        query = {"list-type": "2", "delimiter": "/", "max-keys": str(PAGE_KEYS), **({"prefix": prefix} if prefix else {}),
                  **({"continuation-token": token} if token else {})}
         page: list[bytes] = []
         try:
@@ -56,10 +59,10 @@ def _get(endpoint: S3Endpoint, target: str, timeout: float) -> bytes:
         conn.close()
     if response.status != 200:
         code = _text(body, "Code")
-        what = f"HTTP {response.status} {response.reason}" + (f" ({code})" if code else "")
+        what = f"HTTP {response.status} {_phrase(response.status, response.reason)}" + (f" ({code})" if code else "")
         if response.status in TRANSIENT_STATUS:
             raise TransientError(what)
-        raise MissingError(what) if response.status == 404 else PermanentError(what)
+        raise MissingError(what) if response.status == 404 else PermanentError(what)  # 403: not allowed to list
     if len(body) > MAX_PAGE_BYTES:
         raise PermanentError(f"a listing page of more than {MAX_PAGE_BYTES} bytes")
     return body
@@ -86,6 +89,14 @@ def _parse_page(body: bytes, prefix: str, found: dict[str, int], name: str) -> s
             raise SourceError("cannot list the prefix: a truncated listing without a continuation token", name)
         return truncated["NextContinuationToken"]
     return None
+
+
+def _phrase(status: int, reason: str) -> str:
+    """The standard reason phrase (servers spell their own: moto's ``NOT FOUND``)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return reason
 
 
 def _local(tag: str) -> str:
