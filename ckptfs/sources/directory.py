@@ -54,13 +54,33 @@ class SourceSet(Protocol):
         ...
 
 
-class DirectorySource:
-    """A local directory's regular files (not its subdirectories), opened lazily with ``LocalFileSource``.
+class MemberSet:
+    """What every set of members shares as a ``ByteSource`` of no bytes of its own (reads fail), so the layers
+    above see one source per checkpoint: its ``reopen`` and ``close`` cover every member opened."""
 
-    It is a ``ByteSource`` of no bytes of its own (reads fail), so the layers
-    above see one source per checkpoint: its name, attributes, ``reopen`` and
-    ``close`` cover every member opened.
-    """
+    name: str
+    _open: dict[str, ByteSource]
+    _lock: threading.Lock
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise SourceError("a directory has no bytes of its own: read its files", self.name)
+
+    def fileno(self) -> int | None:
+        return None
+
+    def reopen(self) -> None:
+        for source in list(self._open.values()):
+            source.reopen()
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._open = self._open, {}
+        for source in opened.values():
+            source.close()
+
+
+class DirectorySource(MemberSet):
+    """A local directory's regular files (not its subdirectories), opened lazily with ``LocalFileSource``."""
 
     probe_all = True
 
@@ -76,7 +96,7 @@ class DirectorySource:
         self._members = _list_members(self.name)
         self.size = sum(self._members.values())
         _allow_descriptors(len(self._members) + SPARE_DESCRIPTORS)
-        self._open: dict[str, LocalFileSource] = {}
+        self._open: dict[str, ByteSource] = {}
         self._lock = threading.Lock()
 
     def names(self) -> dict[str, int]:
@@ -119,24 +139,8 @@ class DirectorySource:
         finally:
             source.close()
 
-    def read(self, offset: int, length: int) -> bytes:
-        raise SourceError("a directory has no bytes of its own: read its files", self.name)
-
-    def fileno(self) -> int | None:
-        return None
-
     def stat(self) -> SourceStat:
         return self._stat
-
-    def reopen(self) -> None:
-        for source in list(self._open.values()):
-            source.reopen()
-
-    def close(self) -> None:
-        with self._lock:
-            opened, self._open = self._open, {}
-        for source in opened.values():
-            source.close()
 
 
 def _allow_descriptors(count: int) -> None:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ckptfs.errors import LimitExceededError, NoSuchObjectError, SourceError
 from ckptfs.sources.base import ByteSource, SourceStat
+from ckptfs.sources.directory import MemberSet
 
 MAX_MEMBERS = 1_000_000
 """Objects of a listing kept; a larger prefix is refused rather than listed without bound (as a directory)."""
@@ -22,13 +23,9 @@ Lister = Callable[[], dict[str, int]]
 """Every object directly below the prefix: its name (relative to the prefix) and size."""
 
 
-class PrefixSet:
+class PrefixSet(MemberSet):
     """Objects below ``name`` (a URL ending in ``/``); ``open_member`` opens one by its name; ``lister`` lists
-    them, None where the store cannot (``cannot_list`` then says why, in the error).
-
-    Like ``DirectorySource`` it is a ``ByteSource`` of no bytes of its own: its ``reopen`` and ``close`` cover
-    every member opened.
-    """
+    them, None where the store cannot (``cannot_list`` then says why, in the error)."""
 
     probe_all = False
     """Only names ending in ``.metadata`` are looked at by content for per-rank metadata: each look is a request."""
@@ -105,28 +102,12 @@ class PrefixSet:
             return False
         return bool(self.names())
 
-    def read(self, offset: int, length: int) -> bytes:
-        raise SourceError("a directory has no bytes of its own: read its files", self.name)
-
-    def fileno(self) -> int | None:
-        return None
-
     def stat(self) -> SourceStat:
         """A read-only directory, modified when its ``.metadata`` was (the first member opened otherwise)."""
         opened = list(self._open.values())
         first = self._open.get(".metadata") or (opened[0] if opened else None)
         member = first.stat() if first is not None else None
         return SourceStat.read_only(self.size, member.mtime_ns if member else 0, stat.S_IFDIR | 0o555)
-
-    def reopen(self) -> None:
-        for source in list(self._open.values()):
-            source.reopen()
-
-    def close(self) -> None:
-        with self._lock:
-            opened, self._open = self._open, {}
-        for source in opened.values():
-            source.close()
 
 
 def is_member_name(member: str) -> bool:

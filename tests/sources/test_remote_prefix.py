@@ -93,15 +93,6 @@ def test_a_missing_member_is_an_error_when_read(nginx: Nginx, dcp_dirs: dict[str
             ck.read(wide)
 
 
-@pytest.fixture
-def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
-    for name, value in moto_s3.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_s3
-
-
 def upload(s3: MotoS3, directory: Path, bucket: str, prefix: str) -> None:
     for file in directory.iterdir():
         s3.client.put_object(Bucket=bucket, Key=f"{prefix}{file.name}", Body=file.read_bytes())
