@@ -5,16 +5,18 @@ backend. Against nginx and moto, bytes equal to torch's."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import fsspec
 import pytest
 import torch
+from dcp_writers import simulate_ranks
 from remote_servers import MotoS3, Nginx, moto_s3, nginx  # noqa: F401  (fixtures)
 
 from ckptfs.errors import SourceError
 from ckptfs.fsspec.targets import remote_options
-from ckptfs.sources import FsspecSource, RemoteOptions
+from ckptfs.sources import FsspecSource, PrefixSet, RemoteOptions
 from ckptfs.sources.remote.source import RemoteSource
 
 
@@ -46,7 +48,7 @@ def test_an_http_chain_reads_by_ckptfs_ranged_gets(nginx: Nginx) -> None:  # noq
     assert opened.fs.cat_file("bias") == raw(tensors()["bias"])
 
 
-def test_an_s3_chain_takes_s3fs_style_options(moto_s3: MotoS3) -> None:  # noqa: F811
+def test_an_s3_chain_takes_s3fs_style_options(moto_s3: MotoS3, tmp_path: Path) -> None:  # noqa: F811
     pytest.importorskip("s3fs", reason="fsspec's s3:// layer (pip install s3fs) splits the chain")
     moto_s3.client.create_bucket(Bucket="chains")
     moto_s3.client.put_object(Bucket="chains", Key="run/model.pt", Body=saved())
@@ -61,6 +63,15 @@ def test_an_s3_chain_takes_s3fs_style_options(moto_s3: MotoS3) -> None:  # noqa:
     with pytest.raises(SourceError, match=r"^s3://chains/run/model\.pt: HTTP 403 Forbidden") as refused:
         fsspec.open("ckpt://embed::s3://chains/run/model.pt", s3=wrong).open()
     assert "not-the-secret" not in str(refused.value)
+    # a prefix is a DCP directory
+    state = {"model": {"w": torch.arange(24, dtype=torch.float32).reshape(6, 4)}, "step": 3}
+    simulate_ranks(state, {"model.w": (0, 2)}, tmp_path / "dcp", world=2)
+    for file in (tmp_path / "dcp").iterdir():
+        moto_s3.client.put_object(Bucket="chains", Key=f"run/dcp/{file.name}", Body=file.read_bytes())
+    directory = fsspec.open("ckpt://model/w::s3://chains/run/dcp/", s3=options)
+    assert isinstance(directory.fs.checkpoint.source, PrefixSet)
+    with directory as f:
+        assert f.read() == raw(state["model"]["w"])
     # an option ckptfs has no equivalent for: s3fs reads the target
     fallback = fsspec.open("ckpt://bias::s3://chains/run/model.pt", s3={**options, "default_fill_cache": False})
     assert isinstance(fallback.fs.checkpoint.source, FsspecSource)
