@@ -100,3 +100,18 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
                        fsspec.filesystem("az", skip_instance_cache=True, connection_string=connection))
     finally:
         stop(process)
+
+
+CONTAINER = "ckpts"
+"""The bucket (gs://) or container (az://) ``store`` makes."""
+
+
+@pytest.fixture(params=["gs", "az"])
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Emulator:
+    """Each emulator in turn, its environment set and ``CONTAINER`` made."""
+    emulator: Emulator = request.getfixturevalue("fake_gcs" if request.param == "gs" else "azurite")
+    for name, value in emulator.env.items():
+        monkeypatch.setenv(name, value)
+    if not emulator.fs.exists(CONTAINER):
+        emulator.fs.mkdir(CONTAINER)
+    return emulator

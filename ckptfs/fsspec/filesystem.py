@@ -26,7 +26,6 @@ import errno
 import os
 from typing import Any
 
-import fsspec
 from fsspec.archive import AbstractArchiveFileSystem
 from fsspec.spec import AbstractBufferedFile
 
@@ -52,7 +51,8 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  limits: Limits | None = None, **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
-        ``fsspec.open`` would), an open binary file or a ``ckptfs.sources.ByteSource``; ``limits``: the safety limits (``ckptfs.Limits``)."""
+        ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
+        ``limits``: the safety limits (``ckptfs.Limits``)."""
         super().__init__(**kwargs)
         self.fo = fo
         self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options), limits or Limits())

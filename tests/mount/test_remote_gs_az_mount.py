@@ -9,21 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from object_emulators import AZURITE_KEY, Emulator, azurite, fake_gcs  # noqa: F401  (fixtures)
+from object_emulators import AZURITE_KEY, Emulator, azurite, fake_gcs, store  # noqa: F401  (fixtures)
 
 from mount.helpers import Mounter
 
 pytestmark = pytest.mark.mount
-
-
-@pytest.fixture(params=["gs", "az"])
-def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Emulator:
-    emulator: Emulator = request.getfixturevalue("fake_gcs" if request.param == "gs" else "azurite")
-    for name, value in emulator.env.items():
-        monkeypatch.setenv(name, value)
-    if not emulator.fs.exists("mounted"):
-        emulator.fs.mkdir("mounted")
-    return emulator
 
 
 def tree(mnt: Path) -> dict[str, bytes]:
@@ -31,12 +21,13 @@ def tree(mnt: Path) -> dict[str, bytes]:
             if p.is_file() and p.name not in ("index.json", "model.safetensors")}
 
 
-def test_a_mount_shows_the_tree_and_bytes_of_a_local_one(store: Emulator, mounter: Mounter, tmp_path: Path) -> None:
+def test_a_mount_shows_the_tree_and_bytes_of_a_local_one(store: Emulator, mounter: Mounter,  # noqa: F811
+                                                          tmp_path: Path) -> None:
     generator = torch.Generator().manual_seed(16)
     tensors = {"embed.weight": torch.randn(500, 64, generator=generator), "bias": torch.arange(64)}
     torch.save(tensors, tmp_path / "model.pt")
-    store.fs.pipe("mounted/run/model.pt", (tmp_path / "model.pt").read_bytes())
-    url = f"{store.scheme}://mounted/run/model.pt"
+    store.fs.pipe("ckpts/mounted/model.pt", (tmp_path / "model.pt").read_bytes())
+    url = f"{store.scheme}://ckpts/mounted/model.pt"
     options = [part for key, value in store.options.items() for part in ("--storage-option", f"{key}={value}")]
     local = mounter(tmp_path / "model.pt")
     remote = mounter(url, *options)  # type: ignore[arg-type]

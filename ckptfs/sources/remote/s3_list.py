@@ -6,7 +6,7 @@ from __future__ import annotations
 import http
 import http.client
 import ssl
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 from ckptfs.errors import LimitExceededError, NoSuchObjectError, SourceError
 from ckptfs.sources.remote.ranged_get import TRANSIENT_STATUS
@@ -27,9 +27,10 @@ def list_prefix(endpoint: S3Endpoint, prefix: str, retry: RetryPolicy, timeout: 
     while True:
         query = {"list-type": "2", "delimiter": "/", "max-keys": str(PAGE_KEYS), **({"prefix": prefix} if prefix else {}),
                  **({"continuation-token": token} if token else {})}
+        target = endpoint.bucket_target(query)
         page: list[bytes] = []
         try:
-            retry.run(lambda: page.append(_get(endpoint, endpoint.bucket_target(query), timeout)), name)
+            retry.run(lambda: page.append(_get(endpoint, target, timeout)), name)  # noqa: B023  (called here)
         except NoSuchObjectError as exc:
             raise NoSuchObjectError(f"cannot list the prefix: {exc.reason}", name) from None
         except SourceError as exc:
