@@ -24,6 +24,8 @@ from ckptfs.sources.remote.options import (
 )
 
 __all__ = ["RemoteOptions", "open_remote", "public_name"]
+MEMBER_TAIL_SIZE = 64 * 1024
+"""The opening suffix GET of a DCP data file below a prefix: one cache block."""
 DIRECT_SCHEMES = ("http", "https", "s3")
 """Read by ckptfs's own ranged GETs; every other scheme goes through fsspec."""
 HTTP_CANNOT_LIST = ("an http(s):// server has no listing, and without a .metadata (a directory saved with "
@@ -55,8 +57,10 @@ def open_prefix(url: str, options: RemoteOptions = RemoteOptions()) -> PrefixSet
     name = public_name(url)
     lister: Lister | None = None
     if scheme in DIRECT_SCHEMES:
+        data_options = _member_options(options)
+
         def open_member(member: str) -> ByteSource:
-            return _open_object(_member_url(url, member), options)
+            return _open_object(_member_url(url, member), options if member.endswith(".metadata") else data_options)
 
         if scheme == "s3":
             lister = _s3_lister(url, options, name)
@@ -66,6 +70,13 @@ def open_prefix(url: str, options: RemoteOptions = RemoteOptions()) -> PrefixSet
 
         lister = _fsspec_lister(url, options, name)
     return PrefixSet(name, open_member, lister, HTTP_CANNOT_LIST if lister is None else "")
+
+
+def _member_options(options: RemoteOptions) -> RemoteOptions:
+    """A data file's options: a ``.distcp`` is read at its items' offsets, not from its end, so its opening GET
+    asks for ``MEMBER_TAIL_SIZE`` bytes (the metadata's, usually the whole file, keeps ``tail_size``)."""
+    tail = min(int(options.number("tail_size", DEFAULT_TAIL_SIZE)), MEMBER_TAIL_SIZE)
+    return options._replace(storage_options={**options.storage_options, "tail_size": str(tail)})
 
 
 def _open_object(url: str, options: RemoteOptions) -> ByteSource:
