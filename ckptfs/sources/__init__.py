@@ -1,4 +1,5 @@
-"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory, a URL).
+"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory, a URL, a file object, a file
+of an fsspec file system; a directory or URL prefix as a set of them).
 
 ``open_source`` turns what a user names into a source. Everything above this
 package reads through ``ByteSource``: a size and positioned reads.
