@@ -261,7 +261,8 @@ def _add_mount_commands(sub: Any) -> None:
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
-    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file, or its URL (s3://, http(s)://, ...)")
+    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
+                                                      "http(s)://, gs://, ...; a DCP directory's ends in /)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "

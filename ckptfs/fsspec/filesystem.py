@@ -26,9 +26,7 @@ import errno
 import os
 from typing import Any
 
-import fsspec
 from fsspec.archive import AbstractArchiveFileSystem
-from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from ckptfs.checkpoint import open_checkpoint
@@ -37,10 +35,9 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
-from ckptfs.fsspec.source import FileObjectSource, FsspecFileSource
+from ckptfs.fsspec.targets import target_source
 from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
-from ckptfs.sources import ByteSource, open_source
 
 
 class CheckpointFileSystem(AbstractArchiveFileSystem):
@@ -54,10 +51,11 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  limits: Limits | None = None, **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
-        ``fsspec.open`` would), an open binary file or a ``ckptfs.sources.ByteSource``; ``limits``: the safety limits (``ckptfs.Limits``)."""
+        ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
+        ``limits``: the safety limits (``ckptfs.Limits``)."""
         super().__init__(**kwargs)
         self.fo = fo
-        self.checkpoint = open_checkpoint(_source(fo, target_protocol, target_options), limits or Limits())
+        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options), limits or Limits())
         self.layout = Layout(self.checkpoint)
 
     @classmethod
@@ -161,16 +159,3 @@ class CheckpointFile(AbstractBufferedFile):
     def _fetch_range(self, start: int, end: int) -> bytes:
         return read_content(self.fs.checkpoint, self.content, start, end - start)
 
-
-def _source(fo: Any, protocol: str | None, options: dict[str, Any] | None) -> ByteSource:
-    """What ``fo`` names: a local file (read with ``pread``), a file of another fsspec file system, a file object,
-    or a ckptfs ``ByteSource`` as it is."""
-    if hasattr(fo, "read") and hasattr(fo, "size") and hasattr(fo, "reopen"):
-        return fo  # type: ignore[no-any-return]
-    if hasattr(fo, "read") and hasattr(fo, "seek"):
-        return FileObjectSource(fo)
-    url = os.fspath(fo)
-    fs, path = fsspec.core.url_to_fs(url, **({"protocol": protocol} if protocol else {}), **(options or {}))
-    if isinstance(fs, LocalFileSystem):
-        return open_source(path)
-    return FsspecFileSource(fs, path)

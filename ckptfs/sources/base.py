@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from typing import NamedTuple, Protocol
 
 
@@ -20,6 +21,12 @@ class SourceStat(NamedTuple):
     @classmethod
     def of(cls, st: os.stat_result) -> SourceStat:
         return cls(st.st_size, st.st_mode, st.st_uid, st.st_gid, st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
+
+    @classmethod
+    def read_only(cls, size: int, mtime_ns: int, mode: int = stat.S_IFREG | 0o444) -> SourceStat:
+        """A source with no owner of its own (an object in a store): this process's, read-only, every time the
+        object's modification time."""
+        return cls(size, mode, os.getuid(), os.getgid(), mtime_ns, mtime_ns, mtime_ns)
 
 
 class ByteSource(Protocol):

@@ -1,9 +1,10 @@
 """A directory as a set of named byte sources, each file opened on first use.
 
 A checkpoint made of several files (a torch.distributed.checkpoint directory)
-reads its members through ``SourceSet``: ``names`` lists them with their sizes
-once, ``open`` gives a member's ``ByteSource``. A remote prefix (``s3://b/step/``)
-can offer the same interface; format code never calls ``os`` itself.
+reads its members through ``SourceSet``: ``open`` gives a member's ``ByteSource``,
+``names`` lists them with their sizes. A URL prefix (``s3://b/step/``,
+``sources.prefix``) offers the same interface; format code never calls ``os``
+itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from collections import OrderedDict
 from typing import Protocol, runtime_checkable
 
-from ckptfs.errors import LimitExceededError, SourceError
+from ckptfs.errors import LimitExceededError, NoSuchObjectError, SourceError
 from ckptfs.sources.base import ByteSource, SourceStat
 from ckptfs.sources.local import LocalFileSource
 
@@ -31,14 +32,23 @@ MIN_OPEN_MEMBERS = 16
 
 @runtime_checkable
 class SourceSet(Protocol):
-    """Named byte sources below one name (a local directory, later a remote prefix)."""
+    """Named byte sources below one name (a local directory, a URL prefix: ``sources.prefix``)."""
 
     name: str
     size: int
-    """Total size of the members, in bytes."""
+    """Total size of the members, in bytes (of those known: a prefix not listed knows the ones opened)."""
+    probe_all: bool
+    """Whether every member may be looked at by content (``head``) to find metadata: cheap in a local directory,
+    a request each on object storage."""
 
     def names(self) -> dict[str, int]:
-        """Every member's name and size (regular files only, in name order)."""
+        """Every member's name and size (regular files only, in name order): a listing, which a set may be
+        unable to make (an http(s):// prefix: SourceError)."""
+        ...
+
+    def member_size(self, member: str) -> int | None:
+        """The member's size; None where it is not known before the member is opened (a prefix not listed);
+        NoSuchObjectError where the set knows there is no such member."""
         ...
 
     def open(self, member: str) -> ByteSource:
@@ -50,14 +60,36 @@ class SourceSet(Protocol):
         ...
 
 
-class DirectorySource:
-    """A local directory's regular files (not its subdirectories), opened lazily with ``LocalFileSource``.
+class MemberSet:
+    """What every set of members shares as a ``ByteSource`` of no bytes of its own (reads fail), so the layers
+    above see one source per checkpoint: its ``reopen`` and ``close`` cover every member opened."""
 
-    It is a ``ByteSource`` of no bytes of its own (reads fail), so the layers
-    above see one source per checkpoint: its name, attributes, ``reopen`` and
-    ``close`` cover every member opened. At most ``max_open`` members (fewer if the limit on open files is
-    lower) are open at once.
-    """
+    name: str
+    _open: dict[str, ByteSource]
+    _lock: threading.Lock
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise SourceError("a directory has no bytes of its own: read its files", self.name)
+
+    def fileno(self) -> int | None:
+        return None
+
+    def reopen(self) -> None:
+        for source in list(self._open.values()):
+            source.reopen()
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._open = self._open, {}
+        for source in opened.values():
+            source.close()
+
+
+class DirectorySource(MemberSet):
+    """A local directory's regular files (not its subdirectories), opened lazily with ``LocalFileSource``; at
+    most ``max_open`` members (fewer if the limit on open files is lower) are open at once."""
+
+    probe_all = True
 
     def __init__(self, path: str | os.PathLike[str], max_open: int | None = None) -> None:
         self.name = os.fspath(path)
@@ -83,6 +115,12 @@ class DirectorySource:
 
     def names(self) -> dict[str, int]:
         return self._members
+
+    def member_size(self, member: str) -> int | None:
+        size = self._members.get(member)
+        if size is None:
+            raise NoSuchObjectError(f"no file {member!r} in the directory", self.name)
+        return size
 
     def open(self, member: str) -> ByteSource:
         if member not in self._members:
@@ -154,12 +192,6 @@ class DirectorySource:
             return b""
         finally:
             source.close()
-
-    def read(self, offset: int, length: int) -> bytes:
-        raise SourceError("a directory has no bytes of its own: read its files", self.name)
-
-    def fileno(self) -> int | None:
-        return None
 
     def stat(self) -> SourceStat:
         return self._stat

@@ -71,15 +71,6 @@ def test_settings_follow_the_aws_chain(tmp_path: Path, monkeypatch: pytest.Monke
     assert "s3cr3t" not in repr(Credentials("AKWORK", "s3cr3t"))
 
 
-@pytest.fixture
-def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
-    for name, value in moto_s3.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_s3
-
-
 def saved(tensors: dict[str, torch.Tensor]) -> bytes:
     buffer = io.BytesIO()
     torch.save(tensors, buffer)

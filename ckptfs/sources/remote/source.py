@@ -11,8 +11,6 @@ fetch waits for it rather than fetching them twice.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -131,8 +129,7 @@ class RemoteSource:
 
     def stat(self) -> SourceStat:
         """A read-only regular file of the object's size, modified when the object was (Last-Modified)."""
-        mtime = self._mtime_ns
-        return SourceStat(self.size, stat.S_IFREG | 0o444, os.getuid(), os.getgid(), mtime, mtime, mtime)
+        return SourceStat.read_only(self.size, self._mtime_ns)
 
     def reopen(self) -> None:
         """In a forked process: the parent's connections and worker threads are not this process's."""
