@@ -61,7 +61,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     # The views section (--views): each view beside its limit, the same tensors and bytes on both sides.
     three, two = {"raw", "tensorfile", "ckptfs"}, {"raw", "ckptfs"}
     views = {"views_cp_cold": three, "views_npy_first": three, "views_safe_open_mid_warm": two,
-             "views_diff_cold": two, "views_convert": two, "views_zarr": {"tensorfile", "ckptfs"}}
+             "views_diff_cold": two, "views_convert": two, "views_zarr": three}
     for key, sides in views.items():
         assert set(figures[key]["sides"]) == sides, key
     assert result["meta"]["views"]["safe_open_tensors"] == {"big": 1, "mid": 100}
