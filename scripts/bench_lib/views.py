@@ -19,6 +19,7 @@ by torch), a checkpoint of ``MID_TENSORS`` small tensors, and both as safetensor
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -34,6 +35,14 @@ import numpy as np
 MID_TENSORS = 1000
 MID_TENSORS_QUICK = 100
 VIEW_SIDES = ("raw", "tensorfile", "ckptfs")
+
+
+def side_order(run_i: int) -> tuple[str, ...]:
+    """The sides in this run's order: the two mounted sides swap places every other run, so that neither is
+    always measured right after the other (in a fixed order the .npy, always second, read at ~0.7x the tensor
+    file in every run, and at par when the two alternated outside the bench)."""
+    return VIEW_SIDES if run_i % 2 == 0 else ("raw", "ckptfs", "tensorfile")
+
 SIDE_NOTES = {"tensorfile": "tensorfile = the tensor files of the same ckptfs mount"}
 CHANGED_ELEMENT = 12345
 """The element of the big tensor that B changes (adds 1 to)."""
@@ -73,7 +82,6 @@ class Files(NamedTuple):
     mid: str
     big_st: str
     mid_st: str
-    out_dir: str
 
 
 def ckptfs_command(bench: Any, *args: str) -> tuple[list[str], dict[str, str]]:
@@ -98,14 +106,14 @@ def prepare(bench: Any, tools: Tools) -> Files:
     vdir.mkdir(exist_ok=True)
     mid_count = MID_TENSORS_QUICK if bench.args.quick else MID_TENSORS
     files = Files(bench.big, str(vdir / "b.pt"), str(vdir / "mid.pt"), str(vdir / "big.safetensors"),
-                  str(vdir / "mid.safetensors"), out_directory(vdir, bench.big_len))
+                  str(vdir / "mid.safetensors"))
     manifest = vdir / "views.json"
     want = {"a_bytes": os.path.getsize(bench.big), "mid": mid_count, "version": 1}
     with contextlib.suppress(OSError, ValueError):
-        if json.loads(manifest.read_text()) == want and all(map(os.path.exists, files[:5])):
+        if json.loads(manifest.read_text()) == want and all(map(os.path.exists, files)):
             tools.log("views: reusing B, the mid checkpoint and their conversions")
             return files
-    for path in files[1:5]:
+    for path in files[1:]:
         with contextlib.suppress(OSError):
             os.unlink(path)
     tools.log(f"views: writing B (A with element {CHANGED_ELEMENT} changed) and {mid_count} small tensors with torch")
@@ -120,13 +128,10 @@ def prepare(bench: Any, tools: Tools) -> Files:
 
 
 def out_directory(vdir: Path, nbytes: int) -> str:
-    """Where copies are written: tmpfs when it has room for two, so that no disk write-back is timed."""
+    """A new directory for copies: on tmpfs where it has room for two, so that no disk write-back is timed."""
     shm = "/dev/shm"
-    if os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 3 * nbytes:
-        return tempfile.mkdtemp(prefix="ckptfs-bench-views-", dir=shm)
-    out = vdir / "out"
-    out.mkdir(exist_ok=True)
-    return str(out)
+    room = os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 3 * nbytes
+    return tempfile.mkdtemp(prefix="ckptfs-bench-views-", dir=shm if room else vdir)
 
 
 def files_below(root: str, suffix: str) -> list[str]:
@@ -154,17 +159,18 @@ def _cp(src: str, out_dir: str, tools: Tools) -> float:
             os.unlink(out)
 
 
-def figure_cp(bench: Any, tools: Tools, files: Files, st: str, tensor: str, dropped: dict[str, float]) -> None:
+def figure_cp(bench: Any, tools: Tools, files: Files, out_dir: str, st: str, tensor: str,
+              dropped: dict[str, float], run_i: int) -> None:
     """1. ``cp model.safetensors`` against ``cp`` of the .pt (warm) and of the tensor file in the same mount."""
     res = bench.res
     sizes = {"raw": os.path.getsize(files.a), "tensorfile": os.path.getsize(tensor), "ckptfs": os.path.getsize(st)}
     paths = {"raw": files.a, "tensorfile": tensor, "ckptfs": st}
     for temp in ("cold", "warm"):
         fig = res.fig(f"views_cp_{temp}", f"cp {temp}: model.safetensors (ckptfs), tensor file, .pt", "GB/s")
-        for side in VIEW_SIDES:
+        for side in side_order(run_i):
             if temp == "cold" and side != "raw":
                 _drop_checked(paths[side], tools, dropped)
-            fig.add(side, sizes[side] / 1e9 / _cp(paths[side], files.out_dir, tools))
+            fig.add(side, sizes[side] / 1e9 / _cp(paths[side], out_dir, tools))
 
 
 def safe_open_all(path: str, framework: str) -> tuple[float, int, int]:
@@ -200,7 +206,7 @@ def figure_safe_open(bench: Any, tools: Tools, local: str, mounted: str, name: s
             seen.setdefault(name, set()).add((count, total))
 
 
-def figure_diff(bench: Any, tools: Tools, files: Files) -> None:
+def figure_diff(bench: Any, tools: Tools, files: Files, out_dir: str) -> None:
     """3. ``ckptfs diff A B`` against ``cat A B`` (warm and cold); ``ckptfs convert`` against ``cp``."""
     res = bench.res
     argv, env = ckptfs_command(bench, "diff", files.a, files.b)
@@ -222,7 +228,7 @@ def figure_diff(bench: Any, tools: Tools, files: Files) -> None:
     for path in (files.a, files.b):
         tools.warm(path, 0, os.path.getsize(path))
     fig = res.fig("views_convert", "ckptfs convert A out.safetensors (ckptfs) vs cp A out (raw), warm", "s")
-    out = os.path.join(files.out_dir, "converted.safetensors")
+    out = os.path.join(out_dir, "converted.safetensors")
     for side in ("raw", "ckptfs"):
         with contextlib.suppress(OSError):
             os.unlink(out)
@@ -243,17 +249,20 @@ def _memmap_sum(path: str, npy: bool, offset: int, count: int) -> tuple[float, f
     total = float(arr.sum())
     dt = time.perf_counter() - t0
     del arr
+    gc.collect()  # the 1 GiB mapping is gone before the next side is timed
     return dt, total
 
 
 def figure_npy(bench: Any, tools: Tools, tensor: str, npy: str, dropped: dict[str, float],
-               sums: set[float]) -> None:
+               sums: set[float], run_i: int) -> None:
     """4a. ``np.load(NAME.npy, mmap_mode="r").sum()`` against the tensor file's memmap and the .pt range's."""
     count = bench.big_len // 4
     gb = bench.big_len / 1e9
     first = bench.res.fig("views_npy_first", "np.load(.npy, mmap) .sum() vs memmap of the tensor, first", "GB/s")
     second = bench.res.fig("views_npy_second", "np.load(.npy, mmap) .sum() vs memmap of the tensor, second", "GB/s")
-    for side, path, offset in (("raw", bench.big, bench.big_off), ("tensorfile", tensor, 0), ("ckptfs", npy, 0)):
+    places = {"raw": (bench.big, bench.big_off), "tensorfile": (tensor, 0), "ckptfs": (npy, 0)}
+    for side in side_order(run_i):
+        path, offset = places[side]
         if side != "raw":
             _drop_checked(path, tools, dropped)
         for fig in (first, second):
@@ -308,9 +317,10 @@ def run(bench: Any, tools: Tools) -> None:
     for path in (files.a, files.b, files.mid, files.big_st, files.mid_st):
         tools.warm(path, 0, os.path.getsize(path))
     dropped: dict[str, float] = {}
-    checks: dict[str, set[Any]] = {"safe_open": set(), "npy_sums": set(), "zarr": set()}
+    checks: dict[str, set[Any]] = {"npy_sums": set(), "zarr": set()}
     seen_st: dict[str, set[tuple[int, int]]] = {}
     mounts = []
+    out_dir = out_directory(bench.workdir / "views", bench.big_len)
     try:
         big = bench.mount_ckptfs(files.a, "ckptfs-views-big")
         mounts.append(big)
@@ -327,18 +337,17 @@ def run(bench: Any, tools: Tools) -> None:
         shutil.copytree(os.path.join(mid.mnt, ".zarr"), local_zarr, symlinks=True)
         for run_i in range(bench.args.runs):
             tools.log(f"views, run {run_i + 1}/{bench.args.runs}")
-            figure_cp(bench, tools, files, big_st, tensor, dropped)
+            figure_cp(bench, tools, files, out_dir, big_st, tensor, dropped, run_i)
             figure_safe_open(bench, tools, files.big_st, big_st, "big", "np", dropped, seen_st)
             figure_safe_open(bench, tools, files.mid_st, os.path.join(mid.mnt, "model.safetensors"), "mid", "pt",
                              dropped, seen_st)
-            figure_npy(bench, tools, tensor, npy[0], dropped, checks["npy_sums"])
+            figure_npy(bench, tools, tensor, npy[0], dropped, checks["npy_sums"], run_i)
             figure_zarr(bench, tools, mid.mnt, local_zarr, mid_tensors, checks["zarr"])
-            figure_diff(bench, tools, files)
+            figure_diff(bench, tools, files, out_dir)
     finally:
         for m in reversed(mounts):
             bench.mounts.stop(m)
-        if files.out_dir.startswith("/dev/shm/"):
-            shutil.rmtree(files.out_dir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
     for name, values in seen_st.items():
         if len(values) != 1:
             raise tools.error(f"safe_open of the {name} checkpoint: the mount and the local file differ: {values}")
@@ -347,8 +356,8 @@ def run(bench: Any, tools: Tools) -> None:
     if len(checks["zarr"]) != 1:
         raise tools.error(f"zarr and the tensor files differ in arrays or bytes: {checks['zarr']}")
     bench.res.meta["views"] = {
-        "files": files._asdict(), "mid_tensors": len(mid_tensors), "resident_after_drop_max": max(dropped.values(),
-                                                                                              default=None),
+        "files": files._asdict(), "copies_to": os.path.dirname(out_dir), "mid_tensors": len(mid_tensors),
+        "resident_after_drop_max": max(dropped.values(), default=None),
         "safe_open_tensors": {name: next(iter(v))[0] for name, v in seen_st.items()},
         "zarr_arrays": next(iter(checks["zarr"]))[0]}
     if any(v > 0.01 for v in dropped.values()):
