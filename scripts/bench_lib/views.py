@@ -43,7 +43,8 @@ def side_order(run_i: int) -> tuple[str, ...]:
     file in every run, and at par when the two alternated outside the bench)."""
     return VIEW_SIDES if run_i % 2 == 0 else ("raw", "ckptfs", "tensorfile")
 
-SIDE_NOTES = {"tensorfile": "tensorfile = the tensor files of the same ckptfs mount"}
+SIDE_NOTES = {"tensorfile": "tensorfile = the tensor files of the ckptfs mount whose view is measured (in those "
+                            "rows ckptfs = the view, or the ckptfs command)"}
 CHANGED_ELEMENT = 12345
 """The element of the big tensor that B changes (adds 1 to)."""
 
