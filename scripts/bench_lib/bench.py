@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+import views
+
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -50,6 +52,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many")
+OPTIONAL_SECTIONS = ("views",)
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -442,7 +445,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "clist", "cpickle", "floor", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present
@@ -457,7 +460,7 @@ def render_table(res: Results) -> str:
          "floor": "floor = cpickle + clist",
          "ckptfs": "ckptfs = tensor file of ckptfs mount", "alt": "alt = ckptfs from --alt-root/--alt-env",
          "ratar": "ratar = ratarmount",
-         "torch": "torch = torch.load(+mmap) and listing"}[s] for s in present))
+         "torch": "torch = torch.load(+mmap) and listing", **views.SIDE_NOTES}[s] for s in present))
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
@@ -987,6 +990,8 @@ class Bench:
             c.append(Check(f"find_{fmt}", "ckptfs", "clist", "<=", None, f"find -ls ({fmt}) / C listing of the same root"))
             c.append(Check(f"rss_{fmt}", "ckptfs", None, "<=", 80, f"daemon peak RSS ({fmt}), MiB"))
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
+        if "views" in self.args.sections:
+            views.define_checks(self, Check)
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1050,6 +1055,8 @@ class Bench:
                 self.res.meta["loadavg"]["after_big"] = loadavg()
             if "many" in a.sections:
                 self.run_many()
+            if "views" in a.sections:
+                views.run(self, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1089,7 +1096,7 @@ class Bench:
                          "root-entries-legacy.txt"):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
-            for name in ("bin", "mnt"):
+            for name in ("bin", "mnt", "views"):
                 shutil.rmtree(self.workdir / name, ignore_errors=True)
 
 
@@ -1105,7 +1112,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", metavar="DIR", help="where checkpoints and mounts go (default: a new /var/tmp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (a later --workdir run reuses it)")
     p.add_argument("--sections", default=",".join(SECTIONS),
-                   help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
+                   help=f"comma-separated subset of {','.join(SECTIONS + OPTIONAL_SECTIONS)} (default: "
+                        f"{','.join(SECTIONS)})")
+    p.add_argument("--views", action="store_true",
+                   help="also measure the views (model.safetensors, .npy, /.zarr) and ckptfs diff/convert "
+                        "(section 'views'; see scripts/bench_lib/views.py)")
     p.add_argument("--big-mib", type=int, help="size of the big tensor in MiB (default 1024; --quick 64)")
     p.add_argument("--tensors", type=int, help="tensors in the many-tensor checkpoint (default 20000; --quick 2000)")
     p.add_argument("--preads", type=int, default=20000, help="random 4 KiB preads per run (default 20000)")
@@ -1132,7 +1143,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
-    bad = set(a.sections) - set(SECTIONS)
+    if a.views and "views" not in a.sections:
+        a.sections.append("views")
+    bad = set(a.sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
     if a.runs < 1:
