@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
+from ckptfs.cache import MetadataCache, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
@@ -124,9 +125,11 @@ class Checkpoint:
 
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
-                    remote: RemoteOptions = RemoteOptions()) -> Checkpoint:
+                    remote: RemoteOptions = RemoteOptions(),
+                    cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
-    fsspec URL), reached as ``remote`` says."""
+    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse of a local file is kept there and
+    an unchanged file's next open reads it instead of the pickle (``ckptfs.cache``)."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
@@ -134,10 +137,25 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     else:
         source = open_source(path, remote)
     try:
-        return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
+        return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
     except CkptfsError as exc:
         source.close()  # type: ignore[union-attr]
         raise exc.with_path(source.name) from None  # type: ignore[union-attr]
     except BaseException:
         source.close()  # type: ignore[union-attr]
         raise
+
+
+def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None) -> Checkpoint:
+    if cache is not None:
+        cached = cache.load(source, limits)
+        if cached is not None:
+            try:
+                return Checkpoint(source, cached, limits)
+            except CkptfsError:  # a tree the parse would not have made: the entry lied
+                cache.discard(source, limits)
+    parsed = open_parsed(source, limits)
+    checkpoint = Checkpoint(source, parsed, limits)
+    if cache is not None:
+        cache.save(source, limits, parsed, len(checkpoint.tensors))
+    return checkpoint
