@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ckptfs.cache.errors import BadEntry, NotCacheable
+from ckptfs.errors import CorruptCheckpointError
 from ckptfs.cache.layout import Sections, array, blob
 from ckptfs.cache.records_codec import encode_records
 from ckptfs.cache.tree_decode import decode_tree
@@ -110,7 +111,9 @@ class _Entries(dict):  # type: ignore[type-arg]
     def __missing__(self, name: str) -> ZipEntry:
         if self._rows is None:
             self._rows = {self._prefix + s.record: i for i, s in enumerate(self._storages) if s.source is not None}
-        row = self._rows[name]
+        row = self._rows.get(name)
+        if row is None:  # only an entry made to pass its digest gets here
+            raise CorruptCheckpointError(f"metadata cache entry names no zip record {name!r}")
         storage = self._storages[row]
         c = self._columns
         entry = ZipEntry(name, c["method"][row], c["flags"][row], c["compressed_size"][row], storage.size,
@@ -121,5 +124,5 @@ class _Entries(dict):  # type: ignore[type-arg]
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         try:
             return self[name]
-        except KeyError:
+        except CorruptCheckpointError:
             return default
