@@ -40,6 +40,8 @@ class Checkpoint:
         self._collect_tensors(limits)
 
     def _collect_tensors(self, limits: Limits) -> None:
+        if type(self.root) is dict and self._collect_flat(self.root, limits):
+            return
         path_bytes = TrailCache(0, lambda size, key: size + key_size(key) + 2)  # each key and a separator
         key_bytes = 0
         for visit in walk(self.root, limits):
@@ -54,6 +56,29 @@ class Checkpoint:
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")
+
+    def _collect_flat(self, root: dict[Key, Any], limits: Limits) -> bool:
+        """``_collect_tensors`` for the common state dict, a dict of tensors only, in one pass without ``walk``:
+        the same tensors, trails and totals. False (nothing done) for any other tree, or when a limit is
+        exceeded, so that the walk raises its error where it would."""
+        values = list(root.values())
+        if set(map(type, values)) - {Tensor} or 1 + len(values) > limits.max_tree_nodes or limits.max_tree_depth < 1:
+            return False
+        key_bytes = 0
+        seen: set[int] = set()
+        tensors: list[Tensor] = []
+        for key, tensor in root.items():
+            size = key_size(key)
+            key_bytes += size
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                tensor.trail = (key, None)
+                tensors.append(tensor)
+                key_bytes += size + 2
+        if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
+            return False
+        self.tensors = tensors
+        return True
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)
