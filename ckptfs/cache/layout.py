@@ -75,19 +75,30 @@ def dtype_code(dtype: DType) -> int:
 
 
 def pack_text(name: str, strings: list[str]) -> Sections:
-    """Strings as one text (UTF-8, lone surrogates kept) and the end of each, in characters."""
+    """Strings as one text (UTF-8, lone surrogates kept): joined by NUL when none holds one (split in C when
+    read), else with the end of each, in characters."""
+    joined = "".join(strings)
+    if "\0" not in joined:
+        text = "\0".join(strings).encode("utf-8", "surrogatepass")
+        return {name: text, f"{name}_ends": np.asarray([-1], dtype=np.int64)}
     ends = np.cumsum([len(s) for s in strings], dtype=np.int64)
-    return {name: "".join(strings).encode("utf-8", "surrogatepass"), f"{name}_ends": ends}
+    return {name: joined.encode("utf-8", "surrogatepass"), f"{name}_ends": ends}
 
 
-def unpack_text(sections: Sections, name: str) -> list[str]:
+def unpack_text(sections: Sections, name: str, count: int) -> list[str]:
     try:
         text = blob(sections, name).decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         raise BadEntry(f"string table {name} is not UTF-8") from None
-    ends = ends_of(sections, f"{name}_ends", len(text))
-    starts = [0, *ends[:-1]]
-    return [text[a:b] for a, b in zip(starts, ends)]
+    marks = array(sections, f"{name}_ends")
+    if len(marks) == 1 and marks[0] == -1:
+        strings = text.split("\0") if count else []
+    else:
+        ends = ends_of(sections, f"{name}_ends", len(text))
+        strings = [text[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+    if len(strings) != count:
+        raise BadEntry(f"string table {name} holds {len(strings)} strings, not {count}")
+    return strings
 
 
 def pack_blob(name: str, items: list[bytes]) -> Sections:

@@ -3,6 +3,7 @@ a tensor's dims and offset must fit its storage (``rebuild.make_tensor``), a sto
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -21,6 +22,9 @@ TENSOR_FIELDS = ("dtype", "storage", "offset", "ndim", "flags", "kind", "type_na
 BIG_ENDIAN, COMPRESSED, WRITTEN, IN_SOURCE = 1, 2, 4, 8
 REQUIRES_GRAD, IS_PARAMETER, CONJ, NEG = 1, 2, 4, 8
 KINDS = ("dense", "meta", "no_data")
+BYTEORDERS = ("little", "big")
+ITEMSIZES = np.asarray([d.itemsize for d in DTYPE_LIST], dtype=np.int64)
+PACKINGS = np.asarray([d.packing for d in DTYPE_LIST], dtype=np.int64)
 FAST_DIM = 1 << 24
 """Below this, a tensor's extent is computed exactly in int64 (64 dims × 2**48 < 2**63)."""
 
@@ -71,38 +75,37 @@ def decode_storages(sections: Sections, objs: list[Any], count: int, source: Byt
     dtype_codes = c["dtype"]
     if int(dtype_codes.min()) < 0 or int(dtype_codes.max()) >= len(DTYPE_LIST):
         raise BadEntry("a storage has an unknown dtype")
-    itemsizes = np.asarray([d.itemsize for d in DTYPE_LIST], dtype=np.int64)[dtype_codes]
     numel, size, offset = c["numel"], c["size"], c["offset"]
     if bool(np.any(numel < 0)) or bool(np.any(numel > (MAX_ELEMENTS // 16))) or bool(np.any(size < 0)):
         raise BadEntry("a storage has a negative or huge size")
     in_source = (flags & IN_SOURCE) != 0
     if bool(np.any(in_source & ((offset < 0) | (offset > source.size) | (size > source.size - offset)))):
         raise BadEntry("a storage's bytes lie beyond the end of the source")
+    base, base_offset = c["base"], c["base_offset"]
+    if bool(np.any((base < 0) & ((base != -1) | (base_offset != 0)))):
+        raise BadEntry("a storage has a bad base storage")
     keys = _strings(objs, c["key"], "storage key")
     locations = _strings(objs, c["location"], "storage location")
     records = _strings(objs, c["record"], "storage record")
     inline = [None if i < 0 else _typed(objs, i, bytes, "inline storage data") for i in c["inline"].tolist()]
-    dtypes = [DTYPE_LIST[i] for i in dtype_codes.tolist()]
-    flag_list = flags.tolist()
+    dtypes = list(map(DTYPE_LIST.__getitem__, dtype_codes.tolist()))
     storages = list(map(Storage, keys, dtypes, locations, numel.tolist(), records, offset.tolist(), size.tolist(),
-                        ["big" if f & BIG_ENDIAN else "little" for f in flag_list],
-                        [bool(f & COMPRESSED) for f in flag_list], [bool(f & WRITTEN) for f in flag_list], inline))
-    for storage, in_src in zip(storages, in_source.tolist()):
-        if in_src:
-            storage.source = source
-    nbytes = numel * itemsizes
-    for index, (base, base_offset) in enumerate(zip(c["base"].tolist(), c["base_offset"].tolist())):
-        if base >= 0:
-            if base >= index or storages[base].base is not None or base_offset < 0:
-                raise BadEntry(f"storage {index} has a bad base storage")
-            base_storage = storages[base]
-            end = base_offset * base_storage.dtype.itemsize + int(nbytes[index])
-            if end > base_storage.nbytes:
-                raise BadEntry(f"storage {index} views past the end of its base")
-            storages[index].base, storages[index].base_offset = base_storage, base_offset
-        elif base != -1 or base_offset != 0:
-            raise BadEntry(f"storage {index} has a bad base storage")
+                        map(BYTEORDERS.__getitem__, (flags & BIG_ENDIAN).tolist()),
+                        ((flags & COMPRESSED) != 0).tolist(), ((flags & WRITTEN) != 0).tolist(), inline,
+                        itertools.repeat(None), itertools.repeat(0),
+                        map((None, source).__getitem__, in_source.tolist())))
+    for index in np.nonzero(base >= 0)[0].tolist():
+        _set_base(storages, index, int(base[index]), int(base_offset[index]))
     return storages
+
+
+def _set_base(storages: list[Storage], index: int, base: int, base_offset: int) -> None:
+    if base >= index or storages[base].base is not None or base_offset < 0:
+        raise BadEntry(f"storage {index} has a bad base storage")
+    base_storage = storages[base]
+    if base_offset * base_storage.dtype.itemsize + storages[index].nbytes > base_storage.nbytes:
+        raise BadEntry(f"storage {index} views past the end of its base")
+    storages[index].base, storages[index].base_offset = base_storage, base_offset
 
 
 def decode_tensors(sections: Sections, objs: list[Any], count: int, storages: list[Storage]) -> list[Tensor]:
@@ -123,20 +126,20 @@ def decode_tensors(sections: Sections, objs: list[Any], count: int, storages: li
     dims = array(sections, "tensor_dims", 2 * int(ndim.sum()))
     if len(dims) and int(dims.min()) < 0:
         raise BadEntry("a tensor has a negative size or stride")
-    shapes, strides = _dims(dims, ndim)
-    dtypes = [DTYPE_LIST[i] for i in dtype_codes.tolist()]
-    storage_list = [None if i < 0 else storages[i] for i in storage_index.tolist()]
-    _check_extents(shapes, strides, dtypes, offset, storage_list, dims, ndim)
-    flags = c["flags"].tolist()
-    tensors = list(map(Tensor, dtypes, shapes, strides, offset.tolist(), storage_list,
-                       [bool(f & REQUIRES_GRAD) for f in flags], [bool(f & IS_PARAMETER) for f in flags],
-                       [KINDS[k] for k in kinds.tolist()], [bool(f & CONJ) for f in flags],
-                       [bool(f & NEG) for f in flags]))
-    for index, ref in enumerate(c["type_name"].tolist()):
-        if ref >= 0:
-            tensors[index].type_name = _typed(objs, ref, str, "tensor class name")
-        elif ref != -1:
-            raise BadEntry("a tensor has a bad class name")
+    storage_bytes = np.append(array(sections, "storage_numel") * ITEMSIZES[array(sections, "storage_dtype")], 0)
+    room = np.where(storage_index >= 0, storage_bytes[np.maximum(storage_index, 0)], -1)
+    shapes, strides = _checked_dims(dims, ndim, offset, dtype_codes, room)
+    storage_list = list(map(([*storages, None]).__getitem__, storage_index.tolist()))
+    flags = c["flags"]
+    tensors = list(map(Tensor, map(DTYPE_LIST.__getitem__, dtype_codes.tolist()), shapes, strides, offset.tolist(),
+                       storage_list, ((flags & REQUIRES_GRAD) != 0).tolist(), ((flags & IS_PARAMETER) != 0).tolist(),
+                       map(KINDS.__getitem__, kinds.tolist()), ((flags & CONJ) != 0).tolist(),
+                       ((flags & NEG) != 0).tolist()))
+    type_refs = c["type_name"]
+    if bool(np.any(type_refs < -1)):
+        raise BadEntry("a tensor has a bad class name")
+    for index in np.nonzero(type_refs >= 0)[0].tolist():
+        tensors[index].type_name = _typed(objs, int(type_refs[index]), str, "tensor class name")
     return tensors
 
 
@@ -147,67 +150,47 @@ def attach_quantizations(sections: Sections, objs: list[Any], tensors: list[Tens
         tensors[index].quantization = _typed(objs, int(refs[index]), Quantization, "tensor quantization")
 
 
-def _dims(dims: np.ndarray, ndim: np.ndarray) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """Each tensor's shape and stride tuples, made a rank at a time (``zip`` of columns makes tuples in C)."""
+def _checked_dims(dims: np.ndarray, ndim: np.ndarray, offset: np.ndarray, dtype_codes: np.ndarray,
+                  room: np.ndarray) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Each tensor's shape and stride tuples, made a rank at a time (``zip`` of columns makes tuples in C), with
+    ``rebuild.make_tensor``'s checks: at most 2**62 elements, every element inside the storage (``room`` bytes;
+    -1 without a storage)."""
     starts = np.concatenate([[0], np.cumsum(2 * ndim)[:-1]]).astype(np.int64)
     order = np.argsort(ndim, kind="stable")
     shapes: list[tuple[int, ...]] = []
     strides: list[tuple[int, ...]] = []
     sorted_ndim = ndim[order]
+    itemsize, packing = ITEMSIZES[dtype_codes], PACKINGS[dtype_codes]
     for rank in np.unique(ndim).tolist():
         members = order[sorted_ndim == rank]
-        if rank == 0:
-            shapes += [()] * len(members)
-            strides += [()] * len(members)
-            continue
-        columns = dims[starts[members][:, None] + np.arange(2 * rank)].T.tolist()
-        shapes += zip(*columns[:rank])
-        strides += zip(*columns[rank:])
+        matrix = dims[starts[members][:, None] + np.arange(2 * rank)]
+        shape, stride = matrix[:, :rank], matrix[:, rank:]
+        if rank and (int(matrix.max()) >= FAST_DIM or int(offset[members].max()) >= FAST_DIM * FAST_DIM
+                     or bool(np.any(np.log2(np.maximum(shape, 1)).sum(axis=1) > 61.9))):
+            for row, member in zip(matrix.tolist(), members.tolist()):
+                _check_extent(row[:rank], row[rank:], int(offset[member]), int(itemsize[member]),
+                              int(packing[member]), int(room[member]))
+        else:
+            last = offset[members] + ((shape - 1) * stride).sum(axis=1)
+            needed = -(-(last + 1) // packing[members]) * itemsize[members]
+            used = (room[members] >= 0) & ~np.any(shape == 0, axis=1)
+            if bool(np.any(used & (needed > room[members]))):
+                raise BadEntry("a tensor's elements lie beyond its storage")
+        columns = matrix.T.tolist()
+        shapes += zip(*columns[:rank]) if rank else [()] * len(members)
+        strides += zip(*columns[rank:]) if rank else [()] * len(members)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
     positions = back.tolist()
     return list(map(shapes.__getitem__, positions)), list(map(strides.__getitem__, positions))
 
 
-def _check_extents(shapes: list[tuple[int, ...]], strides: list[tuple[int, ...]], dtypes: list[Any],
-                   offset: np.ndarray, storages: list[Storage | None], dims: np.ndarray, ndim: np.ndarray) -> None:
-    """``rebuild.make_tensor``'s checks: at most 2**62 elements, every element inside the storage."""
-    fast = not len(dims) or int(dims.max()) < FAST_DIM
-    fast = fast and int(offset.max()) < FAST_DIM * FAST_DIM
-    if not fast:
-        for shape, stride, dtype, off, storage in zip(shapes, strides, dtypes, offset.tolist(), storages):
-            _check_extent(shape, stride, dtype, off, storage)
-        return
-    starts = np.concatenate([[0], np.cumsum(2 * ndim)[:-1]]).astype(np.int64)
-    rank_index = np.repeat(np.arange(len(ndim)), ndim)
-    within = np.arange(len(rank_index)) - np.repeat(starts // 2, ndim)
-    shape_values = dims[np.repeat(starts, ndim) + within]
-    stride_values = dims[np.repeat(starts + ndim, ndim) + within]
-    empty = np.zeros(len(ndim), dtype=bool)
-    np.logical_or.at(empty, rank_index, shape_values == 0)
-    log_numel = np.zeros(len(ndim))
-    np.add.at(log_numel, rank_index, np.log2(np.maximum(shape_values, 1)))
-    last = offset.copy()
-    np.add.at(last, rank_index, (shape_values - 1) * stride_values)
-    packing = np.asarray([d.packing for d in dtypes], dtype=np.int64)
-    itemsize = np.asarray([d.itemsize for d in dtypes], dtype=np.int64)
-    needed = -(-(last + 1) // packing) * itemsize
-    has_storage = np.asarray([s is not None for s in storages])
-    nbytes = np.asarray([s.nbytes if s is not None else 0 for s in storages], dtype=np.int64)
-    if bool(np.any(log_numel > 61.9)):
-        for shape, stride, dtype, off, storage in zip(shapes, strides, dtypes, offset.tolist(), storages):
-            _check_extent(shape, stride, dtype, off, storage)
-    if bool(np.any(has_storage & ~empty & (needed > nbytes))):
-        raise BadEntry("a tensor's elements lie beyond its storage")
-
-
-def _check_extent(shape: tuple[int, ...], stride: tuple[int, ...], dtype: Any, offset: int,
-                  storage: Storage | None) -> None:
+def _check_extent(shape: list[int], stride: list[int], offset: int, itemsize: int, packing: int, room: int) -> None:
     if math.prod(shape) > MAX_ELEMENTS:
         raise BadEntry("a tensor has more than 2**62 elements")
-    if storage is not None and 0 not in shape:
+    if room >= 0 and 0 not in shape:
         last = offset + sum((n - 1) * s for n, s in zip(shape, stride))
-        if -(-(last + 1) // dtype.packing) * dtype.itemsize > storage.nbytes:
+        if -(-(last + 1) // packing) * itemsize > room:
             raise BadEntry("a tensor's elements lie beyond its storage")
 
 

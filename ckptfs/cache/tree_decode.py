@@ -57,7 +57,7 @@ def decode_tree(sections: Sections, root_ref: int, source: ByteSource) -> tuple[
     objs: list[Any] = list(CONSTANTS)
     if counts[Category.CONST] != len(CONSTANTS):
         raise BadEntry("the constants table has another size")
-    objs += unpack_text(sections, "strings")
+    objs += unpack_text(sections, "strings", counts[Category.STR])
     objs += array(sections, "ints").tolist()
     objs += [int.from_bytes(b, "little", signed=True) for b in unpack_blob(sections, "bigints")]
     objs += floats(sections, "floats").tolist()
