@@ -64,17 +64,26 @@ class Checkpoint:
         values = list(root.values())
         if set(map(type, values)) - {Tensor} or 1 + len(values) > limits.max_tree_nodes or limits.max_tree_depth < 1:
             return False
-        key_bytes = 0
-        seen: set[int] = set()
-        tensors: list[Tensor] = []
-        for key, tensor in root.items():
-            size = key_size(key)
-            key_bytes += size
-            if id(tensor) not in seen:
-                seen.add(id(tensor))
+        keys = list(root)
+        if len(set(map(id, values))) == len(values):  # no tensor met twice: each key path is its own key
+            key_sizes = sum(map(len, keys)) + 2 * len(keys) if set(map(type, keys)) == {str} else sum(
+                map(key_size, keys))
+            key_bytes = 2 * key_sizes + 2 * len(keys)
+            tensors = values
+            for key, tensor in zip(keys, values):
                 tensor.trail = (key, None)
-                tensors.append(tensor)
-                key_bytes += size + 2
+        else:
+            key_bytes = 0
+            seen: set[int] = set()
+            tensors = []
+            for key, tensor in zip(keys, values):
+                size = key_size(key)
+                key_bytes += size
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    tensor.trail = (key, None)
+                    tensors.append(tensor)
+                    key_bytes += size + 2
         if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
             return False
         self.tensors = tensors

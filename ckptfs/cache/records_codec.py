@@ -87,7 +87,10 @@ def decode_storages(sections: Sections, objs: list[Any], count: int, source: Byt
     keys = _strings(objs, c["key"], "storage key")
     locations = _strings(objs, c["location"], "storage location")
     records = _strings(objs, c["record"], "storage record")
-    inline = [None if i < 0 else _typed(objs, i, bytes, "inline storage data") for i in c["inline"].tolist()]
+    inline_refs = c["inline"]
+    inline: Any = itertools.repeat(None)
+    if bool(np.any(inline_refs != -1)):
+        inline = [None if i == -1 else _typed(objs, i, bytes, "inline storage data") for i in inline_refs.tolist()]
     dtypes = list(map(DTYPE_LIST.__getitem__, dtype_codes.tolist()))
     storages = list(map(Storage, keys, dtypes, locations, numel.tolist(), records, offset.tolist(), size.tolist(),
                         map(BYTEORDERS.__getitem__, (flags & BIG_ENDIAN).tolist()),
@@ -195,7 +198,7 @@ def _check_extent(shape: list[int], stride: list[int], offset: int, itemsize: in
 
 
 def _strings(objs: list[Any], refs: np.ndarray, what: str) -> list[str]:
-    values = [objs[i] for i in _in_range(objs, refs, what).tolist()]
+    values = list(map(objs.__getitem__, _in_range(objs, refs, what).tolist()))
     if set(map(type, values)) - {str}:
         raise BadEntry(f"a {what} is not a string")
     return values
