@@ -22,6 +22,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
+from hostile.fuzz_cache import ENTRY_INPUT, entry_sections, mutated_input, open_entry_input
 
 MAX_NODES = 2000
 """Layout entries visited per input (a mutated file can be large; the budget keeps the rate up)."""
@@ -34,7 +35,8 @@ OPCODES = bytes(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 
 def exercise(data: bytes, rng: random.Random) -> None:
     try:
-        with ckptfs.open(BytesSource(data, "fuzz.pt")) as ck:
+        opened = open_entry_input(data) if data.startswith(ENTRY_INPUT) else ckptfs.open(BytesSource(data, "fuzz.pt"))
+        with opened as ck:
             _describe(ck)
             _read(ck, rng)
             _mount_walk(ck)
@@ -96,9 +98,13 @@ class Mutator:
         self.rng = rng
         self.regions = [_pickle_region(s) for s in seeds]
         """Where each seed's pickle is: a zip's stored data.pkl, or the head of a legacy file."""
+        self.entries = [(sections, seed) for seed in seeds if (sections := entry_sections(seed)) is not None]
+        """Metadata cache entries of the seeds ckptfs caches, mutated for a tenth of the inputs."""
 
     def __call__(self) -> bytes:
         rng = self.rng
+        if self.entries and rng.random() < 0.1:
+            return mutated_input(*rng.choice(self.entries), rng)
         index = rng.randrange(len(self.seeds))
         data = bytearray(self.seeds[index])
         start, end, is_zip = self.regions[index]
