@@ -22,8 +22,8 @@ from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource, LocalFileSource
 
-MIN_TENSORS = 1000
-"""Fewer tensors parse about as fast as an entry is read and checked (measured: see the README)."""
+MIN_TENSORS = 100
+"""Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
 
 
 class MetadataCache:

@@ -31,39 +31,40 @@ FAST_DIM = 1 << 24
 
 def encode_records(encoder: TreeEncoder) -> Sections:
     """The storage and tensor columns; their string and value references point into ``encoder``'s tables."""
-    storages = encoder.storage_list
-    columns: dict[str, list[int]] = {f"storage_{f}": [] for f in STORAGE_FIELDS}
-    refs = {"storage_key", "storage_location", "storage_record"}
-    for s in storages:
-        if s.byteorder not in ("little", "big"):
-            raise NotCacheable(f"storage {s.key!r} has byte order {s.byteorder!r}")
-        flags = ((s.byteorder == "big") * BIG_ENDIAN | s.compressed * COMPRESSED | s.written * WRITTEN
-                 | (s.source is not None) * IN_SOURCE)
-        values = (encoder.ref(s.key), dtype_code(s.dtype), encoder.ref(s.location), s.numel, encoder.ref(s.record),
-                  s.offset, s.size, flags, -1 if s.inline_data is None else encoder.ref(s.inline_data),
-                  -1 if s.base is None else encoder.storages[id(s.base)], s.base_offset)
-        for field, value in zip(STORAGE_FIELDS, values):
-            columns[f"storage_{field}"].append(value)
-    tensors = encoder.tensor_list
-    tcols: dict[str, list[int]] = {f"tensor_{f}": [] for f in TENSOR_FIELDS}
-    dims: list[int] = []
-    for t in tensors:
-        if t.kind not in KINDS or not (type(t.type_name) is str or t.type_name is None):
-            raise NotCacheable(f"a tensor of kind {t.kind!r}")
-        flags = t.requires_grad * REQUIRES_GRAD | t.is_parameter * IS_PARAMETER | t.conj * CONJ | t.neg * NEG
-        quant = -1 if t.quantization is None else encoder.ref(t.quantization)
-        values = (dtype_code(t.dtype), -1 if t.storage is None else encoder.storages[id(t.storage)],
-                  t.storage_offset, len(t.shape), flags, KINDS.index(t.kind),
-                  -1 if t.type_name is None else encoder.ref(t.type_name), quant)
-        for field, value in zip(TENSOR_FIELDS, values):
-            tcols[f"tensor_{field}"].append(value)
-        dims += t.shape
-        dims += t.stride
-    columns.update(tcols)
+    storages, tensors, ref = encoder.storage_list, encoder.tensor_list, encoder.ref
+    if any(s.byteorder not in BYTEORDERS for s in storages):
+        raise NotCacheable("a storage of an unknown byte order")
+    if any(t.kind not in KINDS or not (t.type_name is None or type(t.type_name) is str) for t in tensors):
+        raise NotCacheable("a tensor of an unknown kind")
+    storage_index = encoder.storages
+    columns: dict[str, Any] = {
+        "storage_key": [ref(s.key) for s in storages],
+        "storage_dtype": [dtype_code(s.dtype) for s in storages],
+        "storage_location": [ref(s.location) for s in storages],
+        "storage_numel": [s.numel for s in storages],
+        "storage_record": [ref(s.record) for s in storages],
+        "storage_offset": [s.offset for s in storages],
+        "storage_size": [s.size for s in storages],
+        "storage_flags": [(s.byteorder == "big") * BIG_ENDIAN | s.compressed * COMPRESSED | s.written * WRITTEN
+                          | (s.source is not None) * IN_SOURCE for s in storages],
+        "storage_inline": [-1 if s.inline_data is None else ref(s.inline_data) for s in storages],
+        "storage_base": [-1 if s.base is None else storage_index[id(s.base)] for s in storages],
+        "storage_base_offset": [s.base_offset for s in storages],
+        "tensor_dtype": [dtype_code(t.dtype) for t in tensors],
+        "tensor_storage": [-1 if t.storage is None else storage_index[id(t.storage)] for t in tensors],
+        "tensor_offset": [t.storage_offset for t in tensors],
+        "tensor_ndim": [len(t.shape) for t in tensors],
+        "tensor_flags": [t.requires_grad * REQUIRES_GRAD | t.is_parameter * IS_PARAMETER | t.conj * CONJ
+                         | t.neg * NEG for t in tensors],
+        "tensor_kind": [KINDS.index(t.kind) for t in tensors],
+        "tensor_type_name": [-1 if t.type_name is None else ref(t.type_name) for t in tensors],
+        "tensor_quantization": [-1 if t.quantization is None else ref(t.quantization) for t in tensors],
+        "tensor_dims": [d for t in tensors for dims in (t.shape, t.stride) for d in dims],
+    }
     out: Sections = {name: np.asarray(values, dtype=np.int64) for name, values in columns.items()}
-    for name in (*refs, "storage_inline", "tensor_type_name", "tensor_quantization"):
+    for name in ("storage_key", "storage_location", "storage_record", "storage_inline", "tensor_type_name",
+                 "tensor_quantization"):
         out[name] = np.where(out[name] < 0, -1, encoder.globalize(np.maximum(out[name], 0))).astype(np.int64)
-    out["tensor_dims"] = np.asarray(dims, dtype=np.int64)
     return out
 
 

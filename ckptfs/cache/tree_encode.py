@@ -63,6 +63,8 @@ class TreeEncoder:
         kind = type(value)
         if kind is str:
             return _pack(_intern(self.strings, value), Category.STR)
+        if kind is Tensor:
+            return _pack(self.tensor(value), Category.TENSOR)
         if value is None or kind is bool:
             return _pack(CONSTANTS.index(value), Category.CONST)
         if kind is int:
@@ -82,8 +84,6 @@ class TreeEncoder:
             return _pack(len(self.bytearrays) - 1, Category.BYTEARRAY)
         if kind is Storage:
             return _pack(self.storage(value), Category.STORAGE)
-        if kind is Tensor:
-            return _pack(self.tensor(value), Category.TENSOR)
         node_kind = NODE_KINDS.get(kind)
         if node_kind is None:
             raise NotCacheable(f"a {kind.__name__} in the tree")
@@ -139,12 +139,16 @@ class TreeEncoder:
                 stack.append((index, _fields(value, self.node_kinds[index]), 0))
                 continue
             index, fields, at = stack.pop()
-            if at < len(fields):
-                stack.append((index, fields, at + 1))
-                self.node_children[index].append(self.ref(fields[at]))
-                continue
-            self._immutable_open.discard(index)
-            self.build_order.append(index)
+            refs, ref, pending = self.node_children[index], self.ref, self._pending
+            while at < len(fields):
+                refs.append(ref(fields[at]))
+                at += 1
+                if pending:  # a container met for the first time: its children first
+                    stack.append((index, fields, at))
+                    break
+            else:
+                self._immutable_open.discard(index)
+                self.build_order.append(index)
         return root_ref
 
     # -- the tables as sections ---------------------------------------------------------------------------------
