@@ -16,7 +16,7 @@ import numpy as np
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.cache.layout import Sections, array, blob
-from ckptfs.cache.records_codec import encode_records
+from ckptfs.cache.records_codec import COMPRESSED, IN_SOURCE, encode_records
 from ckptfs.cache.tree_decode import decode_tree
 from ckptfs.cache.tree_encode import TreeEncoder
 from ckptfs.formats.interface import ParsedCheckpoint
@@ -80,7 +80,7 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
     if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
         raise BadEntry("a listed storage is not in the storage table")
     entries = _Entries(prefix, storages, {f: array(sections, f"zip_{f}", len(storages)) for f in ZIP_FIELDS},
-                       cd_offset)
+                       cd_offset, sections)
     archive = ZipArchive.restored(source, limits, prefix, cd_offset, entries)
     return ZipParsed(fmt, root, [storages[i] for i in listed.tolist()], byteorder, details, archive=archive,
                      limits=limits)
@@ -89,13 +89,14 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
 class _Entries(dict):  # type: ignore[type-arg]
     """The storage records by name, each ZipEntry made when first asked for (a read of its storage)."""
 
-    def __init__(self, prefix: str, storages: list[Storage], columns: dict[str, np.ndarray], cd_offset: int) -> None:
+    def __init__(self, prefix: str, storages: list[Storage], columns: dict[str, np.ndarray], cd_offset: int,
+                 sections: Sections) -> None:
         super().__init__()
-        in_source = np.asarray([s.source is not None for s in storages], dtype=bool)
+        flags = array(sections, "storage_flags", len(storages))
+        in_source, compressed = (flags & IN_SOURCE) != 0, (flags & COMPRESSED) != 0
+        data_offset = array(sections, "storage_offset", len(storages))
+        size = array(sections, "storage_size", len(storages))
         header, method, csize = columns["header_offset"], columns["method"], columns["compressed_size"]
-        data_offset = np.asarray([s.offset for s in storages], dtype=np.int64)
-        size = np.asarray([s.size for s in storages], dtype=np.int64)
-        compressed = np.asarray([s.compressed for s in storages], dtype=bool)
         gap = data_offset - header
         bad = in_source & ((header < 0) | (gap < LOCAL_HEADER.size) | (gap > LOCAL_HEADER.size + 3 * U16)
                            | (csize < 0) | (csize > cd_offset - data_offset)
