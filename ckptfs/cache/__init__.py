@@ -19,6 +19,7 @@ from ckptfs.cache.store import MetadataStore
 from ckptfs.cache.zip_codec import CACHED_FORMATS, decode_parsed, encode_parsed
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource, LocalFileSource
 
@@ -41,7 +42,8 @@ class MetadataCache:
         if data is None:
             return None
         try:
-            return decode_parsed(decode_entry(key, data), source, limits)
+            with gc_paused():  # hundreds of thousands of long-lived records: nothing for the collector
+                return decode_parsed(decode_entry(key, data), source, limits)
         except BadEntry:
             self.store.discard(key)
             return None

@@ -26,6 +26,7 @@ from ckptfs.cache.layout import (
     unpack_text,
 )
 from ckptfs.cache.records_codec import attach_quantizations, decode_storages, decode_tensors
+from ckptfs.limits import Limits
 from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
 from ckptfs.model.values import NumpyArray, NumpyDType
 from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, hashable_key
@@ -51,9 +52,14 @@ _ARITY = {Kind.GLOBAL: 2, Kind.OBJECT: 7, Kind.UNHASHABLE: 1, Kind.SPARSE: 4, Ki
           Kind.NUMPY_DTYPE: 2, Kind.QUANT: 6}
 
 
-def decode_tree(sections: Sections, root_ref: int, source: ByteSource) -> tuple[Any, list[Storage], list[Tensor]]:
-    """The root object, every storage and every tensor of the entry."""
+def decode_tree(sections: Sections, root_ref: int, source: ByteSource,
+                limits: Limits) -> tuple[Any, list[Storage], list[Tensor]]:
+    """The root object, every storage and every tensor of the entry, whose sizes are first held to the limits
+    the parse would have held them to."""
     counts = array(sections, "counts", len(Category)).tolist()
+    if (counts[Category.TENSOR] > limits.max_tensors or counts[Category.STORAGE] > limits.max_zip_entries
+            or max(counts[Category.NODE], len(array(sections, "node_children"))) > limits.max_tree_nodes):
+        raise BadEntry("entry describes more tensors, storages or tree nodes than the limits allow")
     objs: list[Any] = list(CONSTANTS)
     if counts[Category.CONST] != len(CONSTANTS):
         raise BadEntry("the constants table has another size")

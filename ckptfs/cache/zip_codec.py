@@ -75,7 +75,7 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
         raise BadEntry("entry's meta section is incomplete")
     if any(type(v) not in DETAIL_TYPES for v in details.values()):
         raise BadEntry("entry's format details are not strings, integers and flags")
-    root, storages, _ = decode_tree(sections, root_ref, source)
+    root, storages, _ = decode_tree(sections, root_ref, source, limits)
     listed = array(sections, "listed_storages")
     if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
         raise BadEntry("a listed storage is not in the storage table")

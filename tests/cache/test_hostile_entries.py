@@ -19,8 +19,10 @@ from conftest import entries
 from corpus import CorpusFile, save_zip
 from fingerprint import fingerprint
 
-from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.cache import source_key
+from ckptfs.cache.entry_file import decode_entry, encode_entry
+from ckptfs.cache.errors import BadEntry
+from ckptfs.cache.zip_codec import decode_parsed
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
@@ -128,3 +130,16 @@ def test_another_files_entry_is_not_used(tmp_path: Path, cache_dir: Path) -> Non
     (entry_b,) = [e for e in entries(cache_dir) if e != entry_a]
     os.replace(entry_a, entry_b)
     assert open_and_read(b, cache_dir) == reference
+
+
+@pytest.mark.parametrize("limits", [Limits(max_tensors=1), Limits(max_tree_nodes=3), Limits(max_zip_entries=1)])
+def test_an_entry_is_held_to_the_limits_before_it_is_decoded(checkpoint: Path, cache_dir: Path,
+                                                              limits: Limits) -> None:
+    _, good, _ = entry_of(checkpoint, cache_dir)
+    key = key_of(checkpoint)
+    source = LocalFileSource(checkpoint)
+    try:
+        with pytest.raises(BadEntry, match="than the limits allow"):
+            decode_parsed(decode_entry(key, good), source, limits)
+    finally:
+        source.close()
