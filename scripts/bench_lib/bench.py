@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from metadata_cache import NO_CACHE_HOME, run_cached
 
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
@@ -49,7 +50,7 @@ VENV_BIN = Path(sys.executable).parent
 GiB = 1 << 30
 MiB = 1 << 20
 
-SECTIONS = ("seq", "memmap", "rand", "many")
+SECTIONS = ("seq", "memmap", "rand", "many", "cache")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -674,6 +675,7 @@ class Bench:
             argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ckptfs.cli"]
         argv += ["mount", src, mnt, *(["-f"] if self.args.mount_mode == "foreground" else []),
                  *self.args.ckptfs_arg]
+        env["XDG_CACHE_HOME"] = NO_CACHE_HOME  # every mount parses; section "cache" passes --cache-dir
         for kv in self.args.ckptfs_env + (self.args.alt_env if alt else []):
             k, _, v = kv.partition("=")
             env[k] = v
@@ -1050,6 +1052,8 @@ class Bench:
                 self.res.meta["loadavg"]["after_big"] = loadavg()
             if "many" in a.sections:
                 self.run_many()
+            if "cache" in a.sections:
+                run_cached(self, log)
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "

@@ -14,8 +14,3 @@ import ckptfs.cache
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS", 0)
     return tmp_path / "cache"
-
-
-def entries(cache_dir: Path) -> list[Path]:
-    folder = cache_dir / "metadata"
-    return sorted(folder.glob("*.ckm")) if folder.exists() else []

@@ -11,9 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import entries
 from corpus import CORPUS_NAMES, CorpusFile, save_zip
-from fingerprint import fingerprint
 
 import ckptfs.checkpoint
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
@@ -21,6 +19,9 @@ from ckptfs.cli.info import description_text
 from ckptfs.cli.listing import json_lines, listed
 from ckptfs.fs.index import make_index
 from ckptfs.fs.layout import Layout
+
+from cache.fingerprint import fingerprint
+from cache.helpers import entries
 
 CACHED_FORMATS = {"zip", "torchscript"}
 

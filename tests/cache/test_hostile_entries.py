@@ -15,9 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import entries
 from corpus import CorpusFile, save_zip
-from fingerprint import fingerprint
 
 from ckptfs.cache import source_key
 from ckptfs.cache.entry_file import decode_entry, encode_entry
@@ -27,6 +25,9 @@ from ckptfs.checkpoint import open_checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
 from ckptfs.sources import LocalFileSource
+
+from cache.fingerprint import fingerprint
+from cache.helpers import entries
 
 
 def entry_of(path: Path, cache_dir: Path) -> tuple[Path, bytes, Any]:

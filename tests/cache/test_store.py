@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import entries
 from corpus import save_zip
 from many_tensors import save_many
 
@@ -22,6 +21,8 @@ from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.cache.store import TEMP_PREFIX, MetadataStore
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.limits import Limits
+
+from cache.helpers import entries
 
 
 class CountingParse:
