@@ -3,7 +3,7 @@
 An entry is keyed by the file's identity and state (device, inode, size, modification and change times), the
 entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
 read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
-Cached: torch.save zip and TorchScript checkpoints in local files with at least ``MIN_TENSORS`` tensors.
+Cached: torch.save zip, TorchScript and legacy checkpoints in local files with ``MIN_TENSORS`` tensors or more.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from ckptfs.cache.entry_file import FORMAT_VERSION, decode_entry, encode_entry
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.store import MetadataStore
-from ckptfs.cache.zip_codec import CACHED_FORMATS, decode_parsed, encode_parsed
+from ckptfs.cache.parsed_codec import CACHED_FORMATS, decode_parsed, encode_parsed
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused

@@ -20,7 +20,7 @@ from corpus import CorpusFile, save_zip
 from ckptfs.cache import source_key
 from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.cache.errors import BadEntry
-from ckptfs.cache.zip_codec import decode_parsed
+from ckptfs.cache.parsed_codec import decode_parsed
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits

@@ -14,7 +14,7 @@ import numpy as np
 
 from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.cache.layout import Sections
-from ckptfs.cache.zip_codec import decode_parsed, encode_parsed
+from ckptfs.cache.parsed_codec import decode_parsed, encode_parsed
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.detect import open_parsed

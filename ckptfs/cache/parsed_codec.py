@@ -1,9 +1,9 @@
-"""A torch.save or TorchScript zip's parse as entry sections, and back: the object tree, its storages, and
-for each storage its zip record (header offset, method, flags, compressed size), checked against the source.
+"""A parse as entry sections, and back: the object tree and its storages, and for a torch.save or TorchScript
+zip each storage's record (header offset, method, flags, compressed size), checked against the source.
 
-Only these two formats are cached; their parse is the one that grows with the tensor count. A restored
-archive knows only the storage records, and checks each one's local header before its first read, as after
-a parse.
+Zip, TorchScript and legacy (torch < 1.6) checkpoints are cached: their parse grows with the tensor count. A
+restored archive knows only the storage records, and checks each one's local header before its first read,
+as after a parse; a restored legacy file checks each storage's element count header the same way.
 """
 
 from __future__ import annotations
@@ -20,37 +20,41 @@ from ckptfs.cache.records_codec import COMPRESSED, IN_SOURCE, encode_records
 from ckptfs.cache.tree_decode import decode_tree
 from ckptfs.cache.tree_encode import TreeEncoder
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.formats.legacy import LegacyParsed
 from ckptfs.formats.zip_archive import DEFLATED, LOCAL_HEADER, STORED, U16, ZipArchive, ZipEntry
 from ckptfs.formats.zip_checkpoint import ZipParsed
 from ckptfs.limits import Limits
 from ckptfs.model.records import Storage
 from ckptfs.sources import ByteSource
 
-CACHED_FORMATS = ("zip", "torchscript")
+CACHED_FORMATS = ("zip", "torchscript", "legacy")
 ZIP_FIELDS = ("header_offset", "method", "flags", "compressed_size", "crc")
 DETAIL_TYPES = (str, int, bool, type(None))
 
 
 def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
-    if parsed.format not in CACHED_FORMATS or type(parsed) is not ZipParsed:
+    if parsed.format not in CACHED_FORMATS or type(parsed) not in (ZipParsed, LegacyParsed):
         raise NotCacheable(f"{parsed.format} checkpoints are not cached")
-    archive = parsed.archive
+    archive = parsed.archive if isinstance(parsed, ZipParsed) else None
     encoder = TreeEncoder(source)
     listed = [encoder.storage(s) for s in parsed.storages]
     root = encoder.encode(parsed.root)
     sections = encode_records(encoder)
     zip_columns: dict[str, list[int]] = {f: [] for f in ZIP_FIELDS}
     for storage in encoder.storage_list:
-        entry = archive.entries.get(archive.prefix + storage.record) if storage.source is not None else None
-        if storage.source is not None and (entry is None or entry.data_offset != storage.offset):
-            raise NotCacheable(f"storage {storage.key!r} has no zip record at its offset")
+        entry = None
+        if archive is not None and storage.source is not None:
+            entry = archive.entries.get(archive.prefix + storage.record)
+            if entry is None or entry.data_offset != storage.offset:
+                raise NotCacheable(f"storage {storage.key!r} has no zip record at its offset")
         for field in ZIP_FIELDS:
             zip_columns[field].append(-1 if entry is None else getattr(entry, field))
     details = parsed.details
     if any(type(k) is not str or type(v) not in DETAIL_TYPES for k, v in details.items()):
         raise NotCacheable("format details other than strings, integers and flags")
     meta = {"format": parsed.format, "byteorder": parsed.byteorder, "details": details, "root": int(
-        encoder.globalize([root])[0]), "prefix": archive.prefix, "cd_offset": archive.cd_offset}
+        encoder.globalize([root])[0]), "prefix": archive.prefix if archive else "",
+        "cd_offset": archive.cd_offset if archive else 0}
     return {
         **encoder.sections(),
         **sections,
@@ -79,11 +83,13 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
     listed = array(sections, "listed_storages")
     if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
         raise BadEntry("a listed storage is not in the storage table")
+    listed_storages = [storages[i] for i in listed.tolist()]
+    if fmt == "legacy":
+        return LegacyParsed(fmt, root, listed_storages, byteorder, details, source=source)
     entries = _Entries(prefix, storages, {f: array(sections, f"zip_{f}", len(storages)) for f in ZIP_FIELDS},
                        cd_offset, sections)
     archive = ZipArchive.restored(source, limits, prefix, cd_offset, entries)
-    return ZipParsed(fmt, root, [storages[i] for i in listed.tolist()], byteorder, details, archive=archive,
-                     limits=limits)
+    return ZipParsed(fmt, root, listed_storages, byteorder, details, archive=archive, limits=limits)
 
 
 class _Entries(dict):  # type: ignore[type-arg]
