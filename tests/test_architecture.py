@@ -15,6 +15,7 @@ LAYERS = [
     ["ckptfs.pickle"],
     ["ckptfs.model"],
     ["ckptfs.formats"],
+    ["ckptfs.cache"],
     ["ckptfs.reading"],
     ["ckptfs.checkpoint"],
     ["ckptfs.fs"],

@@ -18,7 +18,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
-from ckptfs.cli.cache_options import add_cache_options
+from ckptfs.cli.cache_options import add_cache_options, cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
@@ -66,7 +66,7 @@ examples:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
         rows = listed(ck)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
@@ -74,7 +74,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
         if not args.json:
             write_text(line + "\n" for line in overview(ck))
             return 0
@@ -95,7 +95,8 @@ def cmd_mount(args: argparse.Namespace) -> int:
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args))
+    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args),
+          cache_dir(args))
     return 0
 
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 import views
+from metadata_cache import NO_CACHE_HOME, run_cached
 
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
@@ -51,7 +52,7 @@ VENV_BIN = Path(sys.executable).parent
 GiB = 1 << 30
 MiB = 1 << 20
 
-SECTIONS = ("seq", "memmap", "rand", "many")
+SECTIONS = ("seq", "memmap", "rand", "many", "cache")
 OPTIONAL_SECTIONS = ("views",)
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
@@ -677,6 +678,7 @@ class Bench:
             argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ckptfs.cli"]
         argv += ["mount", src, mnt, *(["-f"] if self.args.mount_mode == "foreground" else []),
                  *self.args.ckptfs_arg]
+        env["XDG_CACHE_HOME"] = NO_CACHE_HOME  # every mount parses; section "cache" passes --cache-dir
         for kv in self.args.ckptfs_env + (self.args.alt_env if alt else []):
             k, _, v = kv.partition("=")
             env[k] = v
@@ -1055,6 +1057,8 @@ class Bench:
                 self.res.meta["loadavg"]["after_big"] = loadavg()
             if "many" in a.sections:
                 self.run_many()
+            if "cache" in a.sections:
+                run_cached(self, log)
             if "views" in a.sections:
                 views.run(self, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
             self.res.meta["loadavg"]["end"] = loadavg()

@@ -23,6 +23,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import ByteSource, BytesSource
+from hostile.fuzz_cache import ENTRY_INPUT, entry_sections, mutated_input, open_entry_input
 
 MAX_NODES = 2000
 """Layout entries visited per input (a mutated file can be large; the budget keeps the rate up)."""
@@ -79,9 +80,14 @@ class BytesDirectory:
 
 
 def exercise(data: Input, rng: random.Random) -> None:
-    source = BytesDirectory(data) if isinstance(data, dict) else BytesSource(data, "fuzz.pt")
     try:
-        with ckptfs.open(source) as ck:
+        if isinstance(data, dict):
+            opened = ckptfs.open(BytesDirectory(data))
+        elif data.startswith(ENTRY_INPUT):
+            opened = open_entry_input(data)
+        else:
+            opened = ckptfs.open(BytesSource(data, "fuzz.pt"))
+        with opened as ck:
             _describe(ck)
             _read(ck, rng)
             _mount_walk(ck)
@@ -145,11 +151,15 @@ class Mutator:
         self.rng = rng
         self.regions = [_pickle_region(s) for s in self.seeds]
         """Where each seed's pickle is: a zip's stored data.pkl, or the head of a legacy file."""
+        self.entries = [(sections, seed) for seed in self.seeds if (sections := entry_sections(seed)) is not None]
+        """Metadata cache entries of the seeds ckptfs caches, mutated for a tenth of the inputs."""
 
     def __call__(self) -> Input:
         rng = self.rng
         if self.directories and (not self.seeds or rng.random() < DIRECTORY_SHARE):
             return self._mutate_directory(rng.choice(self.directories))
+        if self.entries and rng.random() < 0.1:
+            return mutated_input(*rng.choice(self.entries), rng)
         index = rng.randrange(len(self.seeds))
         data = bytearray(self.seeds[index])
         start, end, is_zip = self.regions[index]
