@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from ckptfs.sources.base import ByteSource, SourceStat, tail_hint
+from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint
 from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
@@ -17,7 +17,7 @@ from ckptfs.sources.remote import RemoteOptions, open_remote
 from ckptfs.sources.window import WindowSource
 
 __all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "RemoteOptions", "SourceSet",
-           "SourceStat", "WindowSource", "is_url", "open_source", "tail_hint"]
+           "SourceStat", "WindowSource", "hint_extents", "is_url", "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -47,4 +47,4 @@ def open_remote(url: str, options: RemoteOptions = RemoteOptions()) -> ByteSourc
         from ckptfs.sources.remote.fsspec_source import open_fsspec
 
         return open_fsspec(url, options)
-    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size)
+    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size, options.disk_cache)
