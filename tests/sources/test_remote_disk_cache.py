@@ -18,7 +18,8 @@ MiB = 1 << 20
 
 
 def cached(cache: Path, capacity: int = 1 << 30) -> RemoteOptions:
-    return RemoteOptions(disk_cache=DiskCacheSetting(cache, capacity))
+    """A disk cache in ``cache``; the opening suffix GET (held in memory, not on disk) of 1 MiB."""
+    return RemoteOptions(storage_options={"tail_size": "1MiB"}, disk_cache=DiskCacheSetting(cache, capacity))
 
 
 def blocks(cache: Path) -> list[Path]:
