@@ -8,6 +8,7 @@ import torch
 from remote_servers import Nginx
 
 import ckptfs
+from ckptfs.sources import RemoteOptions
 from ckptfs.sources.remote.cache import BLOCK, FIRST_WINDOW, MAX_WINDOW, ReadAhead
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -80,3 +81,14 @@ def test_reading_a_tensor_over_http_never_fetches_past_its_end(nginx: Nginx) -> 
         assert data == tensors["next"].numpy().tobytes()
         sizes = [r.sent for r in nginx.since(mark)]
         assert sum(sizes) >= MAX_WINDOW and min(sizes) >= MiB, sizes  # going on into the next: large GETs at once
+
+
+def test_a_tensor_first_read_and_its_local_header_are_one_get(nginx: Nginx) -> None:
+    generator = torch.Generator().manual_seed(12)
+    tensors = {f"t{i}": torch.randn(1 << 20, generator=generator) for i in range(3)}
+    torch.save(tensors, nginx.root / "headers.pt")
+    with ckptfs.open(f"{nginx.url}/headers.pt", remote=RemoteOptions(storage_options={"tail_size": "64KiB"})) as ck:
+        for name in ("t1", "t2"):  # t0 came with data.pkl, read at open
+            mark = nginx.mark()
+            assert ck.read(ck.tensor((name,)), 0, 4096) == tensors[name].numpy().tobytes()[:4096]
+            assert len(nginx.since(mark)) == 1  # the zip local header, checked first, came with the data
