@@ -13,11 +13,11 @@ from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint
 from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
-from ckptfs.sources.remote import RemoteOptions, open_remote
+from ckptfs.sources.remote import DiskCacheSetting, RemoteOptions, open_remote
 from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "RemoteOptions", "SourceSet",
-           "SourceStat", "WindowSource", "hint_extents", "is_url", "open_source", "tail_hint"]
+__all__ = ["ByteSource", "BytesSource", "DirectorySource", "DiskCacheSetting", "LocalFileSource", "RemoteOptions",
+           "SourceSet", "SourceStat", "WindowSource", "hint_extents", "is_url", "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -10,9 +10,8 @@ import torch
 from remote_servers import Nginx
 
 import ckptfs
-from ckptfs.sources import RemoteOptions, open_source
+from ckptfs.sources import DiskCacheSetting, RemoteOptions, open_source
 from ckptfs.sources.remote.disk_cache import HEADER, UNIT, object_identity
-from ckptfs.sources.remote.options import DiskCacheSetting
 
 MiB = 1 << 20
 

@@ -12,11 +12,12 @@ from ckptfs.sources.remote.options import (
     DEFAULT_TAIL_SIZE,
     DEFAULT_TIMEOUT,
     OWN_OPTIONS,
+    DiskCacheSetting,
     RemoteOptions,
     public_name,
 )
 
-__all__ = ["RemoteOptions", "open_remote", "public_name"]
+__all__ = ["DiskCacheSetting", "RemoteOptions", "open_remote", "public_name"]
 
 
 def open_remote(url: str, options: RemoteOptions = RemoteOptions()) -> ByteSource:
