@@ -5,7 +5,9 @@ are read from them without another request. A read the cache misses fetches from
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
 than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
 fetched in the background while the reader consumes the current one; a read needing bytes of a background
-fetch waits for it rather than fetching them twice.
+fetch waits for it rather than fetching them twice. Told where the checkpoint's storages lie (``set_extents``),
+read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk
+cache (``disk_cache``), fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
 """
 
 from __future__ import annotations
