@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import torch
 from remote_servers import Nginx
 
 import ckptfs
-from ckptfs.sources import RemoteOptions
+from ckptfs.sources import BytesSource, RemoteOptions
 from ckptfs.sources.remote.cache import BLOCK, FIRST_WINDOW, MAX_WINDOW, ReadAhead
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -27,6 +28,26 @@ def stream(ahead: ReadAhead, start: int, stop: int, step: int = 4 * KiB) -> list
 
 def rounded(position: int) -> int:
     return -(-position // BLOCK) * BLOCK
+
+
+class HintedSource(BytesSource):
+    extents: list[tuple[int, int]] | None = None
+
+    def set_extents(self, extents: list[tuple[int, int]]) -> None:
+        self.extents = extents
+
+
+def test_an_opened_checkpoint_tells_its_source_where_the_storages_lie() -> None:
+    tensors = {"a": torch.arange(1000, dtype=torch.float32), "b": torch.ones(7, dtype=torch.float64)}
+    tensors["view"] = tensors["a"][10:20]  # shares a's storage: no extent of its own
+    buffer = io.BytesIO()
+    torch.save(tensors, buffer)
+    source = HintedSource(buffer.getvalue())
+    with ckptfs.open(source) as ck:
+        a, b = ck.tensor(("a",)).storage, ck.tensor(("b",)).storage
+        assert a is not None and b is not None
+        assert sorted(source.extents or []) == sorted([(a.offset, a.offset + 4000), (b.offset, b.offset + 56)])
+        assert buffer.getvalue()[a.offset : a.offset + 4000] == tensors["a"].numpy().tobytes()
 
 
 def test_a_stream_stops_at_its_storage_end_until_it_reads_the_next() -> None:
