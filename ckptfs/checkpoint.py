@@ -17,7 +17,7 @@ from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
-from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, open_source
+from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, hint_extents, open_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +38,8 @@ class Checkpoint:
         self.tensors: list[Tensor] = []
         self._reader = StorageReader(source, parsed)
         self._collect_tensors(limits)
+        hint_extents(source, [(s.offset, s.offset + s.nbytes) for s in self.storages
+                              if s.source is source and s.offset >= 0 and not s.compressed])
 
     def _collect_tensors(self, limits: Limits) -> None:
         if type(self.root) is dict and self._collect_flat(self.root, limits):

@@ -61,3 +61,16 @@ def tail_hint(source: ByteSource) -> int:
     """The source's ``tail_hint``, 0 when it declares none (any read is cheap: a local file)."""
     hint = getattr(source, TAIL_HINT, 0)
     return hint if type(hint) is int and hint > 0 else 0
+
+
+SET_EXTENTS = "set_extents"
+"""Optional method of a source, ``set_extents([(start, end), ...])``: where the checkpoint's storages lie in it,
+told once parsed. A remote source sizes its read-ahead by them (never far past the storage being read); the
+layers above know tensors, sources know only bytes, so the hint goes down this way."""
+
+
+def hint_extents(source: ByteSource, extents: list[tuple[int, int]]) -> None:
+    """Tells ``source`` where its storages lie, if it takes the hint."""
+    method = getattr(source, SET_EXTENTS, None)
+    if callable(method):
+        method(extents)

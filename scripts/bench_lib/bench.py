@@ -1061,6 +1061,10 @@ class Bench:
                 run_cached(self, log)
             if "views" in a.sections:
                 views.run(self, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
+            if a.remote:
+                import remote
+
+                self.res.meta["remote_table"] = remote.run(self)
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1079,6 +1083,8 @@ class Bench:
 
     def report(self) -> None:
         print(render_table(self.res), flush=True)
+        if "remote_table" in self.res.meta:
+            print("\n" + self.res.meta["remote_table"], flush=True)
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.res.to_json(), indent=1) + "\n")
             log(f"wrote {self.args.json}")
@@ -1143,6 +1149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra argument for ckptfs mount (repeatable)")
     p.add_argument("--ckptfs-env", action="append", default=[], metavar="K=V",
                    help="environment variable for the ckptfs daemon (repeatable)")
+    p.add_argument("--remote", action="store_true",
+                   help="also mount the checkpoints as s3:// URLs over nginx on loopback, against S3 clients "
+                        "(remote.py; --sections '' for this alone)")
     p.add_argument("--allow-no-ckptfs", action="store_true",
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)

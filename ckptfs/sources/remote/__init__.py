@@ -19,11 +19,12 @@ from ckptfs.sources.remote.options import (
     DEFAULT_TAIL_SIZE,
     DEFAULT_TIMEOUT,
     OWN_OPTIONS,
+    DiskCacheSetting,
     RemoteOptions,
     public_name,
 )
 
-__all__ = ["RemoteOptions", "open_remote", "public_name"]
+__all__ = ["DiskCacheSetting", "RemoteOptions", "open_remote", "public_name"]
 MEMBER_TAIL_SIZE = 64 * 1024
 """The opening suffix GET of a DCP data file below a prefix: one cache block."""
 DIRECT_SCHEMES = ("http", "https", "s3")
@@ -105,7 +106,7 @@ def _open_object(url: str, options: RemoteOptions) -> ByteSource:
         from ckptfs.sources.remote.s3_endpoint import S3Endpoint
 
         endpoint = S3Endpoint(url, s3_settings(options, name))
-    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size)
+    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size, options.disk_cache)
 
 
 def _s3_lister(url: str, options: RemoteOptions, name: str) -> Lister:
