@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scale
 
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
@@ -49,7 +50,8 @@ VENV_BIN = Path(sys.executable).parent
 GiB = 1 << 30
 MiB = 1 << 20
 
-SECTIONS = ("seq", "memmap", "rand", "many")
+SECTIONS = ("seq", "memmap", "rand", "many", "scale")
+DEFAULT_SECTIONS = ("seq", "memmap", "rand", "many")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -615,7 +617,8 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        self.make_checkpoints(big_bytes)
+        if set(a.sections) - {"scale"}:
+            self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
         # As a pip install leaves it: byte-compiled (an editable install under PYTHONDONTWRITEBYTECODE would
@@ -987,6 +990,8 @@ class Bench:
             c.append(Check(f"find_{fmt}", "ckptfs", "clist", "<=", None, f"find -ls ({fmt}) / C listing of the same root"))
             c.append(Check(f"rss_{fmt}", "ckptfs", None, "<=", 80, f"daemon peak RSS ({fmt}), MiB"))
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
+        if "scale" in self.args.sections:
+            scale.define_checks(self, sys.modules[__name__])
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1050,6 +1055,8 @@ class Bench:
                 self.res.meta["loadavg"]["after_big"] = loadavg()
             if "many" in a.sections:
                 self.run_many()
+            if "scale" in a.sections:
+                scale.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1086,7 +1093,8 @@ class Bench:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json", "root-entries-zip.txt",
-                         "root-entries-legacy.txt"):
+                         "root-entries-legacy.txt", "root-entries-scale.txt",
+                         *(p.name for p in self.workdir.glob("moe-*"))):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
             for name in ("bin", "mnt"):
@@ -1104,8 +1112,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ratarmount", action="store_true", help="also measure ratarmount on the same files")
     p.add_argument("--workdir", metavar="DIR", help="where checkpoints and mounts go (default: a new /var/tmp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (a later --workdir run reuses it)")
-    p.add_argument("--sections", default=",".join(SECTIONS),
+    p.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
+    p.add_argument("--scale", action="store_true",
+                   help="add the scale section: 200,000 MoE-named tensors (--quick: 20,000), torch side by side")
+    p.add_argument("--scale-tensors", type=int, metavar="N", help="tensors in the scale section's checkpoint")
     p.add_argument("--big-mib", type=int, help="size of the big tensor in MiB (default 1024; --quick 64)")
     p.add_argument("--tensors", type=int, help="tensors in the many-tensor checkpoint (default 20000; --quick 2000)")
     p.add_argument("--preads", type=int, default=20000, help="random 4 KiB preads per run (default 20000)")
@@ -1131,7 +1142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-no-ckptfs", action="store_true",
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
-    a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
+    a.sections = [s.strip() for s in a.sections.split(",") if s.strip()] + (["scale"] if a.scale else [])
     bad = set(a.sections) - set(SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
