@@ -256,6 +256,7 @@ def _add_mount_commands(sub: Any) -> None:
         epilog="examples:\n"
                "  ckptfs mount model.pt /mnt/m\n"
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
+               "  ckptfs mount -o views=json,npy model.pt /mnt/m  # no model.safetensors, no /.zarr\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
     mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file, or its URL (s3://, http(s)://, ...)")
@@ -263,6 +264,8 @@ def _add_mount_commands(sub: Any) -> None:
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
+                          "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
+                          "safetensors, zarr; default all), noviews (tensor files and the index only); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")

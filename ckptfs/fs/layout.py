@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from typing import Any
+from typing import Any, Collection
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
@@ -55,7 +55,8 @@ from ckptfs.fs.places import Places
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
-from ckptfs.fs.views import View, views
+from ckptfs.fs.views import VIEW_NAMES, view_names
+from ckptfs.fs.views import views as make_views
 from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
 from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
@@ -80,8 +81,10 @@ DIR_CACHE_SIZE = 4096
 class Layout:
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES) -> None:
+        """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are)."""
         self.checkpoint = checkpoint
+        self.view_names = view_names(views)
         root = checkpoint.root
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
@@ -99,7 +102,7 @@ class Layout:
         for 200,000 tensors (a listing needs only their sizes, kept on their nodes; an open file its pieces)."""
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.views = views(self.paths, checkpoint.extents)
+        self.views = make_views(self.paths, checkpoint.extents, self.view_names)
         self._view_of_slot: list[Any] = [None] * SLOTS
         for view in self.views:
             self._view_of_slot[view.slot] = view
@@ -159,7 +162,7 @@ class Layout:
                 child = directory.entries.get(name[: -len(view.suffix)])  # type: ignore[union-attr]
                 if (child is not None and (child.kind is Kind.TENSOR or child.kind is Kind.LINK)
                         and isinstance(child.value, Tensor) and view.shows(child.value)):
-                    return _view_node(directory, child, view)
+                    return ViewNode.beside(child, view)
         return None
 
     def listing(self, directory: Dir) -> list[Node]:
@@ -180,7 +183,7 @@ class Layout:
         for code in plan[start:stop]:
             child = children[code >> SLOT_BITS]
             slot = code & (SLOTS - 1)
-            found.append(_view_node(directory, child, by_slot[slot]) if slot else child)
+            found.append(ViewNode.beside(child, by_slot[slot]) if slot else child)
         return found + directory.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
 
     def children(self, directory: Dir) -> list[Node]:
@@ -201,8 +204,9 @@ class Layout:
         kids: list[Node] = []
         if directory is self.root:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
-            mirror = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
-            entries[CONTROL_DIR], entries[ZARR_DIR] = self.control, mirror
+            entries[CONTROL_DIR] = self.control
+            if "zarr" in self.view_names:
+                entries[ZARR_DIR] = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
             directory.head = [self.control]
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
@@ -224,6 +228,8 @@ class Layout:
 
     def _has_safetensors(self, directory: Dir) -> bool:
         """The root (holding any tensor) and each of its children holding one have a ``model.safetensors``."""
+        if "safetensors" not in self.view_names:
+            return False
         if directory is self.root:
             return bool(self.checkpoint.tensors)
         return directory.parent is self.root and self.places.holds_tensors(directory.value)
@@ -378,12 +384,6 @@ class Layout:
                 self._made = None  # the last one made is let go first: never two at once
                 self._made = (INDEX_INO, make_index(self))
             return self._made[1]  # type: ignore[no-any-return]
-
-
-def _view_node(directory: Dir, child: Node, view: View) -> ViewNode:
-    """A view of the child: its file, or a link to that view of the tensor's file when the child is a link."""
-    kind = Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK
-    return ViewNode(child.ino + view.slot, kind, child.name + view.suffix, directory, child.key, child.value, view)
 
 
 def _ancestry(node: Node | None) -> list[Node]:

@@ -54,6 +54,13 @@ class ViewNode(Node):
         super().__init__(ino, kind, name, parent, key, value)
         self.view = view
 
+    @staticmethod
+    def beside(child: Node, view: View) -> ViewNode:
+        """The view of a child tensor: its file, or a link to that view of the tensor's file if the child is a link."""
+        kind = Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK
+        return ViewNode(child.ino + view.slot, kind, child.name + view.suffix, child.parent, child.key, child.value,
+                        view)
+
 
 class Dir(Node):
     """A directory; its entries are made the first time they are asked for.

@@ -65,7 +65,7 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
     try:
-        checkpoint, layout = _parse(source, limits, remote)
+        checkpoint, layout = _parse(source, limits, remote, options)
     except BaseException:
         if log_fd is not None:
             os.close(log_fd)
@@ -89,11 +89,11 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
             os.close(log_fd)
 
 
-def _parse(source: str, limits: Limits, remote: RemoteOptions) -> tuple[Checkpoint, Layout]:
+def _parse(source: str, limits: Limits, remote: RemoteOptions, options: MountOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote)
         try:
-            layout = Layout(checkpoint)
+            layout = Layout(checkpoint, views=options.views)
             check_fuse()
         except BaseException:
             checkpoint.close()
