@@ -51,7 +51,7 @@ from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
 from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.places import Places
+from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
@@ -81,15 +81,16 @@ DIR_CACHE_SIZE = 4096
 class Layout:
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
-    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES) -> None:
-        """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are)."""
+    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False) -> None:
+        """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are);
+        ``nest``: dicts' dotted keys shown as directories (``fs.nest``)."""
         self.checkpoint = checkpoint
         self.view_names = view_names(views)
         root = checkpoint.root
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
-        self.places = Places(top, FIRST_BLOCK_INO, SLOTS)
+        self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
         self._dirs: dict[str, Dir] = {}
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
@@ -253,7 +254,7 @@ class Layout:
                 for top in tops if self._has_safetensors(top)]
 
     def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
-        if not (isinstance(child, Tensor) or is_container(child)):
+        if not (isinstance(child, Tensor) or holds(child)):
             return Node(ino, Kind.VALUE, name, directory, key, child)
         parent, index = self.places.first_place(child)
         if parent is not directory.value or index != position:

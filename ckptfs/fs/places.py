@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptfs.fs.nest import Group, nested
 from ckptfs.model.records import Key, Tensor
 from ckptfs.model.tree import children, is_container
 
@@ -20,10 +21,12 @@ POSITION_BITS = 32
 class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
-    __slots__ = ("_containers", "_first", "_pairs", "_block", "_holding_tensors")
+    __slots__ = ("_nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
 
-    def __init__(self, top: Any, first_block: int, slots: int) -> None:
-        """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``."""
+    def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
+        """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
+        ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here."""
+        self._nest = nest
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
@@ -44,19 +47,21 @@ class Places:
             if id(value) in first:
                 continue
             first[id(value)] = parent << POSITION_BITS | position
-            if not is_container(value):
+            if not holds(value):
                 if branch is not None:
                     self._holding_tensors.add(id(branch))
                 continue
             number = len(containers)
             containers.append(value)
-            pairs = children(value)
+            pairs = value.pairs if isinstance(value, Group) else children(value)
+            if self._nest and isinstance(value, dict):
+                pairs = nested(pairs)
             kids[id(value)] = pairs
             block[id(value)] = next_block
             next_block += slots * len(pairs)
             for index in range(len(pairs) - 1, -1, -1):
                 child = pairs[index][1]
-                if (isinstance(child, Tensor) or is_container(child)) and id(child) not in first:
+                if (isinstance(child, Tensor) or holds(child)) and id(child) not in first:
                     stack.append((child, number, index, child if number == 1 else branch))
 
     def pairs(self, container: Any) -> list[tuple[Key, Any]]:
@@ -77,3 +82,8 @@ class Places:
     def holds_tensors(self, top_child: Any) -> bool:
         """Whether a child of the root has a tensor below it at its first place."""
         return id(top_child) in self._holding_tensors
+
+
+def holds(value: Any) -> bool:
+    """A container of the tree, or a directory made by ``--nest``."""
+    return is_container(value) or isinstance(value, Group)

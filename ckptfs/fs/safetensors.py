@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
+from ckptfs.fs.nest import Group
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.encoding import key_text
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
@@ -83,7 +84,7 @@ def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
                     found.append(Member(name, child))
             elif isinstance(child, (SparseTensor, NestedTensor)):
                 left_out.append(LeftOut(name, "sparse" if isinstance(child, SparseTensor) else "nested"))
-            elif is_container(child):
+            elif is_container(child) or isinstance(child, Group):
                 if tree.is_first_place(child, container, position):
                     below.append((child, name + "."))
                 else:

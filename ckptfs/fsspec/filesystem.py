@@ -53,15 +53,16 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     """Like ``zip`` and ``tar``: each instance opens the checkpoint it is given, as it is then."""
 
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
-                 limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, **kwargs: Any) -> None:
+                 limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
         ``fsspec.open`` would), an open binary file or a ``ckptfs.sources.ByteSource``; ``limits``: the safety limits (``ckptfs.Limits``); ``views``: the views shown
         (``json``, ``npy``, ``q_scales``, ``q_zero_points``, ``safetensors``, ``zarr``; default all), as a list or
-        a comma-separated text."""
+        a comma-separated text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``."""
         super().__init__(**kwargs)
         self.fo = fo
         self.checkpoint = open_checkpoint(_source(fo, target_protocol, target_options), limits or Limits())
-        self.layout = Layout(self.checkpoint, views=_view_list(views))
+        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:

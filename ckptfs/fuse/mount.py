@@ -93,7 +93,7 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, options: MountOpt
     with gc_paused():
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote)
         try:
-            layout = Layout(checkpoint, views=options.views)
+            layout = Layout(checkpoint, views=options.views, nest=options.nest)
             check_fuse()
         except BaseException:
             checkpoint.close()

@@ -41,6 +41,8 @@ class MountOptions:
     log_file: str | None = None
     kernel_flags: tuple[str, ...] = ()
     """Mount flags passed on to libfuse (``noexec``, ``noatime`` …)."""
+    nest: bool = False
+    """Dicts' dotted keys shown as directories (``fs.nest``)."""
     views: frozenset[str] = frozenset(VIEW_NAMES)
     """The views shown (``fs.views.VIEW_NAMES``): ``-o views=json,npy``, ``-o noviews``."""
 
@@ -79,6 +81,8 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 views, listing_views = list(filter(None, value.split(":"))), True
             elif option == "noviews":
                 views = []
+            elif option == "nest":
+                changes["nest"] = True
             elif not has_value and name in FUSE_FLAGS:
                 changes[name] = True
             elif not has_value and name in KERNEL_FLAGS:
