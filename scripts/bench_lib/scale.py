@@ -9,6 +9,7 @@ Figures, per run, ckptfs beside torch and the floors:
                     (``pickle_floor.py``); clist: the C file system (``listing.c``) showing the same root entries
 * ``scale_remount`` the same file mounted again at once (what a metadata cache speeds up)
 * ``scale_find``    ``find MNT -ls`` over the whole mount, cold (clist: over the same root)
+* ``scale_find_cpu`` the daemon's CPU time during that ``find -ls``, per entry listed (ckptfs and clist)
 * ``scale_rss``     the daemon's peak RSS (``VmHWM``) after that listing
 * ``scale_ls``, ``scale_info``  ``ckptfs ls`` and ``ckptfs info`` of the file, whole processes, output discarded
 * ``scale_nest_mount``, ``scale_nest_find``, ``scale_nest_rss``  the same with ``--nest`` (when ckptfs has it)
@@ -53,6 +54,9 @@ def define_checks(bench: Any, tools: ModuleType) -> None:
                               f"floor of a Python mount ({n} tensors): C unpickler + C listing, seconds"))
     checks.append(tools.Check("scale_find", "clist", None, "<=", None, f"find -ls of the C listing ({n}), seconds"))
     checks.append(tools.Check("scale_find", "ckptfs", "clist", "<=", None, f"find -ls ({n}) / C listing"))
+    for side in ("ckptfs", "clist"):
+        checks.append(tools.Check("scale_find_cpu", side, None, "<=", None,
+                                  f"{side} daemon CPU per entry listed by find -ls ({n}), us"))
     for key, label in (("scale_nest_mount", "mount ready --nest"), ("scale_nest_find", "find -ls --nest"),
                        ("scale_nest_rss", "daemon peak RSS --nest, MiB")):
         checks.append(tools.Check(key, "ckptfs", None, "<=", None, f"{label} ({n} tensors)"))
@@ -91,12 +95,26 @@ def _cli_seconds(bench: Any, tools: ModuleType, command: str, src: str) -> float
     return tools.time.perf_counter() - start
 
 
+def _find(bench: Any, tools: ModuleType, m: Any, side: str, find: Any) -> None:
+    """``find -ls`` of the mount, and the daemon's CPU time for it per entry listed (µs)."""
+    before = tools.proc_stat(m.pid)
+    find.add(side, tools.timed(["find", m.mnt, "-ls"]))
+    after = tools.proc_stat(m.pid)
+    if before is not None and after is not None:
+        entries = bench.res.meta.setdefault("scale_entries", {}).get(side)
+        if entries is None:
+            out = subprocess.run(["find", m.mnt], capture_output=True, check=True).stdout
+            entries = bench.res.meta["scale_entries"][side] = out.count(b"\n")
+        bench.res.fig(f"{find.key}_cpu", f"daemon CPU per entry during {find.label}", "us").add(
+            side, (after.cpu_s - before.cpu_s) / entries * 1e6)
+
+
 def _mount_figures(bench: Any, tools: ModuleType, src: str, tag: str, ready: Any, find: Any, rss: Any,
                    listing: Any = None) -> None:
     m = bench.mount_ckptfs(src, tag)
     try:
         ready.add("ckptfs", m.ready_s)
-        find.add("ckptfs", tools.timed(["find", m.mnt, "-ls"]))
+        _find(bench, tools, m, "ckptfs", find)
         hwm = tools.proc_status_kib(m.pid, "VmHWM")
         if hwm is not None:
             rss.add("ckptfs", hwm / 1024)
@@ -136,7 +154,7 @@ def run(bench: Any, tools: ModuleType) -> None:
             try:
                 ready.add("clist", m.ready_s)
                 ready.add("floor", ready.values["cpickle"][-1] + m.ready_s)
-                find.add("clist", tools.timed(["find", m.mnt, "-ls"]))
+                _find(bench, tools, m, "clist", find)
             finally:
                 bench.mounts.stop(m)
             if nest:
