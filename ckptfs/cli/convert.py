@@ -153,7 +153,7 @@ def npy_files(layout: Layout) -> Iterator[tuple[Node, Node]]:
     for tensor in layout.checkpoint.tensors:
         node = layout.node_of(tensor)
         assert node.parent is not None
-        npy = layout.entries(node.parent).get(node.name + ".npy")
+        npy = layout.entry(node.parent, node.name + ".npy")
         if npy is not None and npy.kind is Kind.VIEW:
             yield node, npy
 

@@ -67,7 +67,7 @@ examples:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
-        rows = listed(ck)
+        rows = listed(ck, nest=args.nest)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
     return 0
@@ -93,6 +93,7 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
     options = MountOptions(
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
+        nest=args.nest,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
     mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args),
@@ -226,6 +227,8 @@ def _add_reading_commands(sub: Any) -> None:
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
                          "nbytes")
+    ls.add_argument("--nest", action="store_true", help="files as a --nest mount shows them (dotted keys as "
+                                                        "directories: model/layers/0/mlp/w1.weight)")
     _add_limit_option(ls, "command_limit")
     add_remote_options(ls)
     add_cache_options(ls)
@@ -260,6 +263,7 @@ def _add_mount_commands(sub: Any) -> None:
         epilog="examples:\n"
                "  ckptfs mount model.pt /mnt/m\n"
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
+               "  ckptfs mount -o views=json,npy model.pt /mnt/m  # no model.safetensors, no /.zarr\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
     mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
@@ -268,9 +272,15 @@ def _add_mount_commands(sub: Any) -> None:
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
+                          "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
+                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
+    mnt.add_argument("--nest", action="store_true",
+                     help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "
+                          "model/layers/0/mlp/w1.weight (every dot but the last; exact keys stay in the sidecars and "
+                          ".ckptfs/index.json; -o nest)")
     mnt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                      help="log every request: on stderr with -f, else in --log-file (which it then needs)")
     mnt.add_argument("--log-file", metavar="PATH",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from array import array
 from typing import Any
 
 from ckptfs.fs.views import View
@@ -53,16 +54,33 @@ class ViewNode(Node):
         super().__init__(ino, kind, name, parent, key, value)
         self.view = view
 
+    @staticmethod
+    def beside(child: Node, view: View) -> ViewNode:
+        """The view of a child tensor: its file, or a link to that view of the tensor's file if the child is a link."""
+        kind = Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK
+        return ViewNode(child.ino + view.slot, kind, child.name + view.suffix, child.parent, child.key, child.value,
+                        view)
+
 
 class Dir(Node):
-    """A directory; its entries are made the first time they are asked for."""
+    """A directory; its entries are made the first time they are asked for.
 
-    __slots__ = ("entries", "listing", "children")
+    Views (``NAME.json`` …) are not kept: ``Layout`` makes their nodes as they are listed or looked up, from the
+    tensor's node and ``plan``, so a directory of N tensors holds N nodes and ``4 N`` bytes of plan, not 3 N nodes.
+    """
+
+    __slots__ = ("entries", "head", "plan", "tail", "children")
 
     def __init__(self, ino: int, name: str, parent: Dir | None, key: Key, value: Any) -> None:
         super().__init__(ino, Kind.DIR, name, parent, key, value)
         self.entries: dict[str, Node] | None = None
-        self.listing: list[Node] = []
-        """Entries in readdir order: each child, followed by its sidecar if it is a tensor."""
+        """Its own entries by name: children and the others below, not views."""
+        self.head: list[Node] = []
+        """Listed first (the root's ``.ckptfs``; every entry of a ``/.zarr`` directory)."""
+        self.plan: array[int] = array("I")
+        """Then each child and each of its views, in listing order: the child's position times ``SLOTS`` plus the
+        view's slot (0: the child itself)."""
+        self.tail: list[Node] = []
+        """Listed last (``model.safetensors``)."""
         self.children: list[Node] = []
         """One node per child of the container, by position."""

@@ -67,7 +67,7 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
     try:
-        checkpoint, layout = _parse(source, limits, remote, cache_dir)
+        checkpoint, layout = _parse(source, limits, remote, cache_dir, options)
     except BaseException:
         if log_fd is not None:
             os.close(log_fd)
@@ -91,13 +91,13 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
             os.close(log_fd)
 
 
-def _parse(source: str, limits: Limits, remote: RemoteOptions,
-           cache_dir: Path | None) -> tuple[Checkpoint, Layout]:
+def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path | None,
+           options: MountOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
                                      cache_dir)
         try:
-            layout = Layout(checkpoint)
+            layout = Layout(checkpoint, views=options.views, nest=options.nest)
             check_fuse()
         except BaseException:
             checkpoint.close()

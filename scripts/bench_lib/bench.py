@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+import scale
 import views
 from metadata_cache import NO_CACHE_HOME, run_cached
 
@@ -53,7 +54,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many", "cache")
-OPTIONAL_SECTIONS = ("views",)
+OPTIONAL_SECTIONS = ("views", "scale")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -619,7 +620,8 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        self.make_checkpoints(big_bytes)
+        if set(a.sections) - {"scale"}:
+            self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
         # As a pip install leaves it: byte-compiled (an editable install under PYTHONDONTWRITEBYTECODE would
@@ -994,6 +996,8 @@ class Bench:
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
         if "views" in self.args.sections:
             views.define_checks(self, Check)
+        if "scale" in self.args.sections:
+            scale.define_checks(self, sys.modules[__name__])
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1065,6 +1069,8 @@ class Bench:
                 import remote
 
                 self.res.meta["remote_table"] = remote.run(self)
+            if "scale" in a.sections:
+                scale.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1103,7 +1109,8 @@ class Bench:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json", "root-entries-zip.txt",
-                         "root-entries-legacy.txt"):
+                         "root-entries-legacy.txt", "root-entries-scale.txt",
+                         *(p.name for p in self.workdir.glob("moe-*"))):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
             for name in ("bin", "mnt", "views"):
@@ -1127,6 +1134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--views", action="store_true",
                    help="also measure the views (model.safetensors, .npy, /.zarr) and ckptfs diff/convert "
                         "(section 'views'; see scripts/bench_lib/views.py)")
+    p.add_argument("--scale", action="store_true",
+                   help="add the scale section: 200,000 MoE-named tensors (--quick: 20,000), torch side by side")
+    p.add_argument("--scale-tensors", type=int, metavar="N", help="tensors in the scale section's checkpoint")
     p.add_argument("--big-mib", type=int, help="size of the big tensor in MiB (default 1024; --quick 64)")
     p.add_argument("--tensors", type=int, help="tensors in the many-tensor checkpoint (default 20000; --quick 2000)")
     p.add_argument("--preads", type=int, default=20000, help="random 4 KiB preads per run (default 20000)")
@@ -1156,8 +1166,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
-    if a.views and "views" not in a.sections:
-        a.sections.append("views")
+    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name) and name not in a.sections]
     bad = set(a.sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
