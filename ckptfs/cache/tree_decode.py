@@ -141,8 +141,8 @@ def _fill(kind: int, node: Any, values: list[Any]) -> Any:
         node.callable, node.args, node.kwargs, node.state, node.later_states, node.list_items, node.dict_items = values
         checked_type(node.args, (tuple,), "an object's arguments")
         checked_type(node.later_states, (list, NONE), "an object's later states")
-        checked_type(node.list_items, (list,), "an object's list items")
-        checked_type(node.dict_items, (list,), "an object's dict items")
+        _checked_items(node.list_items, "an object's list items")
+        _checked_items(node.dict_items, "an object's dict items")
     elif kind == Kind.UNHASHABLE:
         node.value = values[0]
     else:
@@ -190,3 +190,9 @@ def _check_keys(keys: list[Any]) -> None:
 def _check_dims(dims: tuple[Any, ...]) -> None:
     if not all(type(d) is int and d >= 0 for d in dims):
         raise BadEntry("a shape holds other than non-negative integers")
+
+
+def _checked_items(items: Any, what: str) -> None:
+    """A list, or the empty tuple an object holds until its first item (``pickle.values.PickledObject``)."""
+    if items != () or type(items) is not tuple:
+        checked_type(items, (list,), what)
