@@ -28,12 +28,13 @@ def fake_omegaconf(monkeypatch: pytest.MonkeyPatch) -> dict[str, type]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Commands run by the tests cache below a temporary folder, never in the user's ~/.cache."""
-    home = tmp_path_factory.mktemp("xdg-cache")
+def no_cache_home() -> Iterator[None]:
+    """Commands run by the tests cache nothing unless a test says where (``--cache-dir``, its own
+    ``XDG_CACHE_HOME``): no folder can be made below ``/dev/null``, so every open parses, as the tests of
+    parsing expect, and nothing is written to the user's ~/.cache."""
     before = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(home)
-    yield home
+    os.environ["XDG_CACHE_HOME"] = "/dev/null"
+    yield
     if before is None:
         del os.environ["XDG_CACHE_HOME"]
     else:
