@@ -38,8 +38,8 @@ class Checkpoint:
         self.tensors: list[Tensor] = []
         self._reader = StorageReader(source, parsed)
         self._collect_tensors(limits)
-        hint_extents(source, [(s.offset, s.offset + s.nbytes) for s in self.storages
-                              if s.source is source and s.offset >= 0 and not s.compressed])
+        hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
+                              if s.source is source and s.offset >= 0 and not s.compressed))
 
     def _collect_tensors(self, limits: Limits) -> None:
         if type(self.root) is dict and self._collect_flat(self.root, limits):

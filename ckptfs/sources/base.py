@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import NamedTuple, Protocol
+from typing import Iterable, NamedTuple, Protocol
 
 
 class SourceStat(NamedTuple):
@@ -69,8 +69,9 @@ told once parsed. A remote source sizes its read-ahead by them (never far past t
 layers above know tensors, sources know only bytes, so the hint goes down this way."""
 
 
-def hint_extents(source: ByteSource, extents: list[tuple[int, int]]) -> None:
-    """Tells ``source`` where its storages lie, if it takes the hint."""
+def hint_extents(source: ByteSource, extents: Iterable[tuple[int, int]]) -> None:
+    """Tells ``source`` where its storages lie, if it takes the hint (``extents`` is not iterated otherwise:
+    a local mount of 20,000 tensors does not pay for it)."""
     method = getattr(source, SET_EXTENTS, None)
     if callable(method):
-        method(extents)
+        method(list(extents))
