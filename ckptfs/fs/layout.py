@@ -31,7 +31,8 @@ What the mount shows
 * A checkpoint whose root object is not a container (``torch.save(tensor)``)
   shows that object as ``/%root``.
 
-Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
+Names: see ``fs.names``. Files beside each tensor: see ``fs.views`` (``views`` chooses which are shown).
+With ``nest``, a dict's dotted keys are directories: see ``fs.nest``.
 
 Inode numbers are stable across mounts of the same file: each container gets
 a block of numbers in walk order, eight per child (the entry, its sidecar, its

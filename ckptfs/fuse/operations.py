@@ -4,7 +4,8 @@ Importing this module loads libfuse3 (``MountError`` if it is missing).
 
 Hot paths skip mfusepy's generic conversions: ``getattr`` fills the C
 ``struct stat`` directly, ``readdir`` hands the kernel every entry's attributes
-(readdirplus) from an array of them made once per directory, and ``read_buf`` answers a read of a tensor stored as
+(readdirplus), written a window of entries at a time from sizes kept per
+directory, and ``read_buf`` answers a read of a tensor stored as
 one little-endian range with a buffer naming the source's file descriptor and
 absolute offset, so libfuse reads the bytes itself and they never pass through
 Python. Everything else (strided or byte-swapped tensors, deflated records,
