@@ -31,7 +31,8 @@ What the mount shows
 * A checkpoint whose root object is not a container (``torch.save(tensor)``)
   shows that object as ``/%root``.
 
-Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
+Names: see ``fs.names``. Files beside each tensor: see ``fs.views`` (``views`` chooses which are shown).
+With ``nest``, a dict's dotted keys are directories: see ``fs.nest``.
 
 Inode numbers are stable across mounts of the same file: each container gets
 a block of numbers in walk order, eight per child (the entry, its sidecar, its
@@ -49,13 +50,13 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
-from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
+from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
-from ckptfs.fs.views import VIEW_NAMES, view_names
+from ckptfs.fs.views import VIEW_NAMES, View, view_names
 from ckptfs.fs.views import views as make_views
 from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
 from ckptfs.fs.zarr import document as zarr_document
@@ -69,7 +70,6 @@ INDEX_INO = 3
 SAFETENSORS_INO = 4
 """The root's ``model.safetensors`` (another directory's is the directory's number plus one: a free view slot)."""
 FIRST_BLOCK_INO = 16
-SLOT_BITS = 3
 SLOTS = 1 << SLOT_BITS
 """Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, a per-channel
 quantized tensor's scales and zero points, three kept for later views)."""
@@ -104,7 +104,7 @@ class Layout:
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
         self.views = make_views(self.paths, checkpoint.extents, self.view_names)
-        self._view_of_slot: list[Any] = [None] * SLOTS
+        self._view_of_slot: list[View | None] = [None] * SLOTS
         for view in self.views:
             self._view_of_slot[view.slot] = view
 
@@ -177,15 +177,12 @@ class Layout:
     def listing_slice(self, directory: Dir, start: int, stop: int) -> list[Node]:
         """Entries ``start`` to ``stop`` of ``listing``: a big directory's listing is made a window at a time."""
         self.entries(directory)
-        head, plan, children = directory.head, directory.plan, directory.children
-        found = head[start:stop]
-        start, stop = max(start - len(head), 0), max(stop - len(head), 0)
-        by_slot = self._view_of_slot
-        for code in plan[start:stop]:
-            child = children[code >> SLOT_BITS]
-            slot = code & (SLOTS - 1)
-            found.append(ViewNode.beside(child, by_slot[slot]) if slot else child)
-        return found + directory.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return directory.listed(start, stop, self._view_of_slot)
+
+    def listing_columns(self, directory: Dir, start: int, stop: int) -> tuple[list[str], list[int], list[Kind]]:
+        """The names, inode numbers and kinds of ``listing_slice``'s entries, without making a node per view."""
+        self.entries(directory)
+        return directory.listed_columns(start, stop, self._view_of_slot)
 
     def children(self, directory: Dir) -> list[Node]:
         """One node per child of the directory's container, by position: no views, no ``.ckptfs``."""

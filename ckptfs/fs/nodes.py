@@ -10,6 +10,10 @@ from ckptfs.fs.views import View
 from ckptfs.model.records import Key
 
 
+SLOT_BITS = 3
+"""A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
+
+
 class Kind(enum.Enum):
     DIR = "dir"
     TENSOR = "tensor"
@@ -84,3 +88,29 @@ class Dir(Node):
         """Listed last (``model.safetensors``)."""
         self.children: list[Node] = []
         """One node per child of the container, by position."""
+
+    def listed(self, start: int, stop: int, by_slot: list[View | None]) -> list[Node]:
+        """Entries ``start`` to ``stop`` of the listing (made: ``fs.layout``), views by their slot."""
+        head, plan, children = self.head, self.plan, self.children
+        found = head[start:stop]
+        start, stop = max(start - len(head), 0), max(stop - len(head), 0)
+        for code in plan[start:stop]:
+            child = children[code >> SLOT_BITS]
+            slot = code & ((1 << SLOT_BITS) - 1)
+            found.append(ViewNode.beside(child, by_slot[slot]) if slot else child)  # type: ignore[arg-type]
+        return found + self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+
+    def listed_columns(self, start: int, stop: int,
+                       by_slot: list[View | None]) -> tuple[list[str], list[int], list[Kind]]:
+        """The names, inode numbers and kinds of ``listed``'s entries, without a node per view."""
+        head, plan, children = self.head[start:stop], self.plan, self.children
+        names, inos, kinds = [n.name for n in head], [n.ino for n in head], [n.kind for n in head]
+        start, stop = max(start - len(self.head), 0), max(stop - len(self.head), 0)
+        for code in plan[start:stop]:
+            child = children[code >> SLOT_BITS]
+            slot = code & ((1 << SLOT_BITS) - 1)
+            names.append(child.name + by_slot[slot].suffix if slot else child.name)  # type: ignore[union-attr]
+            inos.append(child.ino + slot)
+            kinds.append(child.kind if not slot else Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK)
+        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]

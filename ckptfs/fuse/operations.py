@@ -4,7 +4,8 @@ Importing this module loads libfuse3 (``MountError`` if it is missing).
 
 Hot paths skip mfusepy's generic conversions: ``getattr`` fills the C
 ``struct stat`` directly, ``readdir`` hands the kernel every entry's attributes
-(readdirplus) from an array of them made once per directory, and ``read_buf`` answers a read of a tensor stored as
+(readdirplus), written a window of entries at a time from sizes kept per
+directory, and ``read_buf`` answers a read of a tensor stored as
 one little-endian range with a buffer naming the source's file descriptor and
 absolute offset, so libfuse reads the bytes itself and they never pass through
 Python. Everything else (strided or byte-swapped tensors, deflated records,
@@ -46,10 +47,11 @@ MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
 """Directory entries whose sizes are kept for listings (8 bytes each); past it they are made again as asked."""
-FIRST_WINDOW = 32
-"""Entries made for a readdir request at first (a kernel request holds ~20 with attributes); doubled while the
-kernel's buffer takes them all."""
-LAST_WINDOW = 4096
+WINDOW = 256
+"""Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
+kernel request takes ~20 with attributes)."""
+SIZES_WINDOW = 4096
+"""Entries made at once to compute a listing's sizes."""
 
 _STAT = mfusepy.c_stat
 _STAT_SIZE = ctypes.sizeof(_STAT)
@@ -65,6 +67,19 @@ class _Listing:
     directory: Dir
     sizes: array.array[int]
     """The file size of each entry (``.``, ``..``, then the directory's), made once."""
+
+
+@dataclass(slots=True)
+class _Window:
+    """Consecutive entries of one listing ready for the kernel."""
+
+    directory: Dir
+    start: int
+    names: list[bytes]
+    memory: bytearray
+    """Their ``struct stat``s, one after another."""
+    address: int
+    """Where ``memory`` is."""
 
 
 @dataclass(slots=True)
@@ -93,6 +108,7 @@ class CheckpointFS:
         self.initialized = False
         self._files: dict[int, OpenFile] = {}
         self._listings: dict[int, _Listing] = {}
+        self._window: _Window | None = None
         self._listed = 0
         self._handles = itertools.count(1)
         source = checkpoint.source.stat()
@@ -158,7 +174,8 @@ class CheckpointFS:
     def readdir(self, path: bytes, buf: int, filler: Any, offset: int, flags: int) -> int:
         """Entries from ``offset`` on, each with its attributes; stops when the kernel's buffer is full.
 
-        Entries are made a window at a time, their ``struct stat``s written a column at a time into one array.
+        Entries are made a window at a time (the last one kept: the kernel reads a listing in order, a request
+        after another), their ``struct stat``s written a column at a time into one array.
         """
         directory = self._node(path)
         if directory is None:
@@ -168,33 +185,39 @@ class CheckpointFS:
         sizes = self._listing(directory).sizes
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
         fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
-        start, window = offset, FIRST_WINDOW
-        while start < len(sizes):
-            stop = min(start + window, len(sizes))
-            nodes = self._entries(directory, start, stop)
-            memory = self._stats(nodes, sizes[start:stop])
-            address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-            for index, node in enumerate(nodes):
-                position = start + index
-                name = b"." if position == 0 else b".." if position == 1 else node.name.encode("utf-8")
-                if fill(buf, name, address + index * _STAT_SIZE, position + 1, plus):
+        position = offset
+        while position < len(sizes):
+            window = self._window
+            if window is None or window.directory is not directory or not (
+                    window.start <= position < window.start + len(window.names)):
+                window = self._make_window(directory, position, sizes)
+            start, names, address = window.start, window.names, window.address
+            for index in range(position - start, len(names)):
+                if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
                     return 0
-            start, window = stop, min(2 * window, LAST_WINDOW)
+            position = start + len(names)
         return 0
 
-    def _entries(self, directory: Dir, start: int, stop: int) -> list[Node]:
-        """Entries ``start`` to ``stop`` of ``.``, ``..`` and the directory's listing."""
+    def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
+        """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""
+        stop = min(start + WINDOW, len(sizes))
         dots = [directory, directory.parent or directory][start:stop]
-        return dots + self.layout.listing_slice(directory, max(start - 2, 0), max(stop - 2, 0))
-
-    def _stats(self, nodes: list[Node], sizes: array.array[int]) -> bytearray:
-        """The nodes' ``struct stat``s, one after another: the template repeated, the fields that differ written a
-        column at a time."""
-        memory = bytearray(self._template * len(nodes))
-        view = memoryview(memory)
+        names, inos, kinds = self.layout.listing_columns(directory, max(start - 2, 0), max(stop - 2, 0))
+        names = [".", ".."][start:stop] + names
         modes = self._modes
-        _write_column(view, _STAT.st_ino, [node.ino for node in nodes])
-        _write_column(view, _STAT.st_mode, [modes[node.kind] for node in nodes])
+        memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
+                             sizes[start:stop])
+        window = _Window(directory, start, [name.encode("utf-8") for name in names], memory, ctypes.addressof(ctypes.c_char.from_buffer(memory)))
+        self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
+        return window
+
+    def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
+        """``struct stat``s, one after another: the template repeated, the fields that differ written a column at
+        a time."""
+        memory = bytearray(self._template * len(inos))
+        view = memoryview(memory)
+        _write_column(view, _STAT.st_ino, inos)
+        _write_column(view, _STAT.st_mode, modes)
         _write_column(view, _STAT.st_size, sizes)
         _write_column(view, _STAT.st_blocks, [(n + 511) >> 9 for n in sizes])
         return memory
@@ -213,8 +236,8 @@ class CheckpointFS:
             return listing
         sizes = array.array("q", [0, 0])
         total = self.layout.listing_length(directory)
-        for start in range(0, total, LAST_WINDOW):
-            nodes = self.layout.listing_slice(directory, start, start + LAST_WINDOW)
+        for start in range(0, total, SIZES_WINDOW):
+            nodes = self.layout.listing_slice(directory, start, start + SIZES_WINDOW)
             try:
                 found = self.layout.sizes(nodes)
             except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)

@@ -95,3 +95,11 @@ def test_without_nest_nothing_changes(tmp_path: Path) -> None:
     sd = {"model.layers.0.w.weight": torch.ones(1)}
     with ckptfs.open(save_zip(sd, tmp_path / "f.pt")) as ck:
         assert [n.name for n in Layout(ck).children(Layout(ck).root)] == ["model.layers.0.w.weight"]
+
+
+def test_keys_sharing_no_parts_leave_their_dict_flat() -> None:
+    """Each key would be a chain of directories, one per part: the dict is shown as it is, in bounded time."""
+    pairs = [(f"k{n}." + ".".join("x" * 60), n) for n in range(1000)]
+    assert nested(pairs) == pairs
+    moe = [(f"model.layers.{n // 192}.mlp.experts.{n % 64}.w{n % 3}.weight", n) for n in range(1920)]
+    assert nested(moe) != moe

@@ -72,13 +72,13 @@ def test_listings_hold_what_getattr_gives(tmp_path: Path, room: int) -> None:
 
 def test_a_big_directory_lists_in_windows(tmp_path: Path) -> None:
     """More entries than the biggest window: every entry once, in order, with its attributes."""
-    tensors = {f"t{n}": torch.full((n % 3,), float(n)) for n in range(2 * fuse_ops.LAST_WINDOW // 3 + 5)}
+    tensors = {f"t{n}": torch.full((n % 3,), float(n)) for n in range(2 * fuse_ops.SIZES_WINDOW // 3 + 5)}
     with ckptfs.open(save_zip(tensors, tmp_path / "big.pt")) as ck:
         layout = Layout(ck)
         fs = fuse_ops.CheckpointFS(ck, layout)
         listed = _readdir(fs, "/", room=5000)
         names = [".", ".."] + [node.name for node in layout.listing(layout.root)]
-        assert len(names) > fuse_ops.LAST_WINDOW
+        assert len(names) > fuse_ops.SIZES_WINDOW
         assert [name for name, _, _ in listed] == names
         for name, st, _ in listed[2::97]:
             assert st == _stat_of(fs, "/" + name), name
