@@ -13,10 +13,9 @@ import json
 import os
 from pathlib import Path
 
-from ckptfs.cache.entry_file import FORMAT_VERSION, decode_entry, encode_entry
+from ckptfs.cache.entry_key import FORMAT_VERSION
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.store import MetadataStore
-from ckptfs.cache.parsed_codec import CACHED_FORMATS, decode_parsed, encode_parsed
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
@@ -41,6 +40,9 @@ class MetadataCache:
         data = self.store.read(key)
         if data is None:
             return None
+        from ckptfs.cache.entry_file import decode_entry  # numpy: imported when there is an entry to read
+        from ckptfs.cache.parsed_codec import decode_parsed
+
         try:
             with gc_paused():  # hundreds of thousands of long-lived records: nothing for the collector
                 return decode_parsed(decode_entry(key, data), source, limits)
@@ -51,7 +53,12 @@ class MetadataCache:
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
-        if tensors < MIN_TENSORS or parsed.format not in CACHED_FORMATS:
+        if tensors < MIN_TENSORS:
+            return
+        from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
+        from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
+
+        if parsed.format not in CACHED_FORMATS:
             return
         key = source_key(source, limits)
         if key is None:

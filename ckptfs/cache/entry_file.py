@@ -11,12 +11,11 @@ import struct
 
 import numpy as np
 
+from ckptfs.cache.entry_key import FORMAT_VERSION, key_digest
 from ckptfs.cache.errors import BadEntry
 from ckptfs.cache.layout import Sections
 
 MAGIC = b"CKPTFSMC"
-FORMAT_VERSION = 1
-"""Raised whenever what an entry holds, or how, changes: an entry of another version is a miss."""
 HEADER = struct.Struct("<8sI32sQ32s")
 """Magic, format version, digest of the key, payload length, digest of the payload."""
 SECTION = struct.Struct("<32sBQ")
@@ -25,10 +24,6 @@ KINDS = {0: None, 1: np.dtype("<i8"), 2: np.dtype("<f8"), 3: np.dtype("<i4"), 4:
 """Raw bytes, or an array; integers are stored in the narrowest of these widths that holds them."""
 NARROW = ((5, 1 << 7), (4, 1 << 15), (3, 1 << 31))
 MAX_SECTIONS = 64
-
-
-def key_digest(key: str) -> bytes:
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=32).digest()
 
 
 def encode_entry(key: str, sections: Sections) -> bytes:

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ckptfs.cache.entry_file import key_digest
+from ckptfs.cache.entry_key import key_digest
 from ckptfs.cache_dir import cache_folder
 
 FOLDER = "metadata"

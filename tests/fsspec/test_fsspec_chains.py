@@ -44,7 +44,7 @@ def test_an_http_chain_reads_by_ckptfs_ranged_gets(nginx: Nginx) -> None:  # noq
     with opened as f:
         assert f.read() == raw(tensors()["embed"])
     requests = nginx.since(mark)
-    assert [r.range for r in requests] == ["bytes=-1048576"]  # the whole small file in our suffix GET: no HEAD
+    assert [r.range for r in requests] == ["bytes=-2097152"]  # the whole small file in our 2 MiB suffix GET: no HEAD
     assert opened.fs.cat_file("bias") == raw(tensors()["bias"])
 
 
