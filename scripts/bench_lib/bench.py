@@ -668,7 +668,8 @@ class Bench:
 
     # ---- mounting the sides
 
-    def ckptfs_argv(self, src: str, mnt: str, alt: bool = False) -> tuple[list[str], dict[str, str]]:
+    def ckptfs_argv(self, src: str, mnt: str, alt: bool = False,
+                    extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
         env = dict(os.environ)
         root = self.args.alt_root if alt else self.args.ckptfs_root
         if root:
@@ -679,16 +680,16 @@ class Bench:
             exe = VENV_BIN / "ckptfs"
             argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ckptfs.cli"]
         argv += ["mount", src, mnt, *(["-f"] if self.args.mount_mode == "foreground" else []),
-                 *self.args.ckptfs_arg]
+                 *self.args.ckptfs_arg, *extra]
         env["XDG_CACHE_HOME"] = NO_CACHE_HOME  # every mount parses; section "cache" passes --cache-dir
         for kv in self.args.ckptfs_env + (self.args.alt_env if alt else []):
             k, _, v = kv.partition("=")
             env[k] = v
         return argv, env
 
-    def mount_ckptfs(self, src: str, tag: str, alt: bool = False) -> Mount:
+    def mount_ckptfs(self, src: str, tag: str, alt: bool = False, extra: tuple[str, ...] = ()) -> Mount:
         assert self.mounts is not None
-        argv, env = self.ckptfs_argv(src, str(self.workdir / "mnt" / tag), alt)
+        argv, env = self.ckptfs_argv(src, str(self.workdir / "mnt" / tag), alt, extra)
         m = self.mounts.start(tag, argv, str(self.workdir / "mnt" / tag), env=env,
                               daemon=self.args.mount_mode == "daemon")
         if self.args.ckptfs_read_ahead_kb:  # an experiment: overrides what ckptfs set
@@ -1113,7 +1114,7 @@ class Bench:
                          *(p.name for p in self.workdir.glob("moe-*"))):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
-            for name in ("bin", "mnt", "views"):
+            for name in ("bin", "mnt", "views", "scale-cache", "metadata-cache"):
                 shutil.rmtree(self.workdir / name, ignore_errors=True)
 
 
