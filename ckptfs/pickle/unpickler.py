@@ -154,10 +154,10 @@ class SafeUnpickler(Machine):
                 pair = (stack[-2], stack[-1])
                 del stack[-2:]
                 memo[len(memo)] = pair
-                args = (pair,)
-                memo[len(memo)] = args
+                pair_args = (pair,)  # its own name: the inline NEWOBJ/REDUCE's ``args`` may be anything
+                memo[len(memo)] = pair_args
                 self.pos = pos + 5
-                made = self.call(stack[-1], args)
+                made = self.call(stack[-1], pair_args)
                 stack[-1] = made
                 memo[len(memo)] = made
                 self.pos = pos + len(_CALL_ON_PAIR)
