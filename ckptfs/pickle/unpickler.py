@@ -211,7 +211,7 @@ class SafeUnpickler(Machine):
                     raise UnpicklingError(f"stack underflow at offset {pos}")
                 state = stack.pop()
                 target = stack[-1]
-                if type(target) is pickled_object:
+                if isinstance(target, pickled_object):
                     if target.state is None:
                         target.state = state
                     elif target.later_states is None:
