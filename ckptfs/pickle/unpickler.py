@@ -154,10 +154,10 @@ class SafeUnpickler(Machine):
                 pair = (stack[-2], stack[-1])
                 del stack[-2:]
                 memo[len(memo)] = pair
-                args = (pair,)
-                memo[len(memo)] = args
+                pair_args = (pair,)  # its own name: the inline NEWOBJ/REDUCE's ``args`` may be anything
+                memo[len(memo)] = pair_args
                 self.pos = pos + 5
-                made = self.call(stack[-1], args)
+                made = self.call(stack[-1], pair_args)
                 stack[-1] = made
                 memo[len(memo)] = made
                 self.pos = pos + len(_CALL_ON_PAIR)
@@ -211,7 +211,7 @@ class SafeUnpickler(Machine):
                     raise UnpicklingError(f"stack underflow at offset {pos}")
                 state = stack.pop()
                 target = stack[-1]
-                if type(target) is pickled_object:
+                if isinstance(target, pickled_object):
                     if target.state is None:
                         target.state = state
                     elif target.later_states is None:
