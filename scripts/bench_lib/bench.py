@@ -620,7 +620,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"}:
+        if set(a.sections) - {"scale"} or a.remote:  # the scale case makes its own checkpoint
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
