@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
+from ckptfs.cache import MetadataCache, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
@@ -16,7 +17,7 @@ from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
-from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, open_source
+from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, hint_extents, open_source
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,8 +38,12 @@ class Checkpoint:
         self.tensors: list[Tensor] = []
         self._reader = StorageReader(source, parsed)
         self._collect_tensors(limits)
+        hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
+                              if s.source is source and s.offset >= 0 and not s.compressed))
 
     def _collect_tensors(self, limits: Limits) -> None:
+        if type(self.root) is dict and self._collect_flat(self.root, limits):
+            return
         path_bytes = TrailCache(0, lambda size, key: size + key_size(key) + 2)  # each key and a separator
         key_bytes = 0
         for visit in walk(self.root, limits):
@@ -53,6 +58,38 @@ class Checkpoint:
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")
+
+    def _collect_flat(self, root: dict[Key, Any], limits: Limits) -> bool:
+        """``_collect_tensors`` for the common state dict, a dict of tensors only, in one pass without ``walk``:
+        the same tensors, trails and totals. False (nothing done) for any other tree, or when a limit is
+        exceeded, so that the walk raises its error where it would."""
+        values = list(root.values())
+        if set(map(type, values)) - {Tensor} or 1 + len(values) > limits.max_tree_nodes or limits.max_tree_depth < 1:
+            return False
+        keys = list(root)
+        if len(set(map(id, values))) == len(values):  # no tensor met twice: each key path is its own key
+            key_sizes = sum(map(len, keys)) + 2 * len(keys) if set(map(type, keys)) == {str} else sum(
+                map(key_size, keys))
+            key_bytes = 2 * key_sizes + 2 * len(keys)
+            tensors = values
+            for key, tensor in zip(keys, values):
+                tensor.trail = (key, None)
+        else:
+            key_bytes = 0
+            seen: set[int] = set()
+            tensors = []
+            for key, tensor in zip(keys, values):
+                size = key_size(key)
+                key_bytes += size
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    tensor.trail = (key, None)
+                    tensors.append(tensor)
+                    key_bytes += size + 2
+        if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
+            return False
+        self.tensors = tensors
+        return True
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)
@@ -124,9 +161,11 @@ class Checkpoint:
 
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
-                    remote: RemoteOptions = RemoteOptions()) -> Checkpoint:
+                    remote: RemoteOptions = RemoteOptions(),
+                    cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
-    fsspec URL), reached as ``remote`` says."""
+    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse of a local file is kept there and
+    an unchanged file's next open reads it instead of the pickle (``ckptfs.cache``)."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
@@ -134,10 +173,25 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     else:
         source = open_source(path, remote)
     try:
-        return Checkpoint(source, open_parsed(source, limits), limits)  # type: ignore[arg-type]
+        return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
     except CkptfsError as exc:
         source.close()  # type: ignore[union-attr]
         raise exc.with_path(source.name) from None  # type: ignore[union-attr]
     except BaseException:
         source.close()  # type: ignore[union-attr]
         raise
+
+
+def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None) -> Checkpoint:
+    if cache is not None:
+        cached = cache.load(source, limits)
+        if cached is not None:
+            try:
+                return Checkpoint(source, cached, limits)
+            except CkptfsError:  # a tree the parse would not have made: the entry lied
+                cache.discard(source, limits)
+    parsed = open_parsed(source, limits)
+    checkpoint = Checkpoint(source, parsed, limits)
+    if cache is not None:
+        cache.save(source, limits, parsed, len(checkpoint.tensors))
+    return checkpoint

@@ -62,3 +62,7 @@ class OutputError(CkptfsError):
 
 class ObjectChangedError(SourceError):
     """A remote object was replaced while open: its bytes would mix two versions."""
+
+
+class NoSuchObjectError(SourceError):
+    """What a path or URL names is not there to read (HTTP 404, or 403 where a store hides what is missing)."""

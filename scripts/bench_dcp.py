@@ -2,7 +2,8 @@
 
 Writes a 64 MiB float32 tensor as 4 chunks of 16 MiB (split along dimension 0, ``rows``, and along dimension 1,
 ``cols``), plain and ZStandard-compressed, and times the first 4 KiB read, sequential 1 MiB reads and random
-4 KiB reads through ``ckptfs.open``; zstd once more with ``max_inflated_bytes`` below the chunk size.
+4 KiB reads through ``ckptfs.open``; zstd once more with ``max_inflated_bytes`` below the chunk size (the items
+then go to spill files under the cache directory), and once more without a cache directory (streamed).
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def main(work: str) -> None:
         simulate_ranks(state, cuts, f"{work}/plain", world=4)
         simulate_ranks(state, cuts, f"{work}/zstd", world=4, _extensions=[ZStandard()])
     want = tensor.numpy().tobytes()
-    for layout, limits in (("plain", ckptfs.Limits()), ("zstd", ckptfs.Limits()),
-                           ("zstd", ckptfs.Limits(max_inflated_bytes=8 << 20))):
+    small = ckptfs.Limits(max_inflated_bytes=8 << 20)
+    cache = os.environ.get("XDG_CACHE_HOME")
+    for layout, limits, spill in (("plain", ckptfs.Limits(), ""), ("zstd", ckptfs.Limits(), ""),
+                                  ("zstd", small, " spill file"), ("zstd", small, " streamed")):
+        if spill == " streamed":
+            os.environ["XDG_CACHE_HOME"] = "/dev/null/none"  # no cache directory can be made there
         for name in ("rows", "cols"):
             with ckptfs.open(f"{work}/{layout}", limits=limits) as ck:
                 record = ck.tensor((name,))
@@ -48,9 +53,14 @@ def main(work: str) -> None:
                 for offset in offsets:
                     assert ck.read(record, offset, 4096) == want[offset : offset + 4096]
                 rand = (time.perf_counter() - start) / len(offsets)
-            print(f"{layout:5} max_inflated_bytes={limits.max_inflated_bytes >> 20:3} MiB {name}: first 4 KiB read "
+            budget = limits.max_inflated_bytes >> 20
+            print(f"{layout:5} max_inflated_bytes={budget:3} MiB{spill} {name}: first 4 KiB read "
                   f"{first * 1e3:.0f} ms, sequential {sequential:.0f} MiB/s, random 4 KiB read {rand * 1e3:.1f} ms",
                   flush=True)
+    if cache is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = cache
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ import ckptfs
 PACKAGE = Path(ckptfs.__file__).parent
 
 LAYERS = [
-    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause"],
+    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir"],
     ["ckptfs.sources"],
     ["ckptfs.pickle"],
     ["ckptfs.model"],
     ["ckptfs.formats"],
+    ["ckptfs.cache"],
     ["ckptfs.reading"],
     ["ckptfs.checkpoint"],
     ["ckptfs.fs"],

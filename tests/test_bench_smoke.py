@@ -1,6 +1,6 @@
-"""Smoke run of scripts/bench (--quick --runs 1): every side mounts, measures, cleans up and writes JSON.
+"""Smoke run of scripts/bench (--quick --runs 1 --views): every side mounts, measures, cleans up and writes JSON.
 
-Takes about 20-30 s; it checks that the benchmark works, not how fast anything is.
+Takes about 40-60 s; it checks that the benchmark works, not how fast anything is.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def test_bench_quick(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [str(REPO / "scripts" / "bench"), "--quick", "--runs", "1", "--workdir", str(workdir), "--json", str(out)],
+        [str(REPO / "scripts" / "bench"), "--quick", "--runs", "1", "--views", "--workdir", str(workdir),
+         "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "CKPTFS_VENV": os.path.dirname(os.path.dirname(sys.executable))},
     )
@@ -57,6 +58,16 @@ def test_bench_quick(tmp_path: Path) -> None:
     if os.geteuid() == 0 and os.access("/sys/class/bdi", os.W_OK):
         assert read_ahead["cpass"] == 1024
     assert result["checks"] and all("median" in c for c in result["checks"])
+    # The views section (--views): each view beside its limit, the same tensors and bytes on both sides.
+    three, two = {"raw", "tensorfile", "ckptfs"}, {"raw", "ckptfs"}
+    views = {"views_cp_cold": three, "views_npy_first": three, "views_safe_open_mid_warm": two,
+             "views_diff_cold": two, "views_convert": two, "views_zarr": three}
+    for key, sides in views.items():
+        assert set(figures[key]["sides"]) == sides, key
+    assert result["meta"]["views"]["safe_open_tensors"] == {"big": 1, "mid": 100}
+    assert result["meta"]["views"]["zarr_arrays"] == result["meta"]["views"]["mid_tensors"] == 100
+    assert result["meta"]["views"]["resident_after_drop_max"] == 0.0
     # Everything it mounted is gone, and so are its checkpoints (the work directory was ours to fill).
     assert fuse_mounts_under(tmp_path) == []
     assert not (workdir / "big.pt").exists()
+    assert not (workdir / "views").exists()

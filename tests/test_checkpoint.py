@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ import torch
 from corpus import save_legacy, save_zip
 
 import ckptfs
-from ckptfs.errors import UnsupportedError
+from ckptfs.checkpoint import Checkpoint
+from ckptfs.errors import CkptfsError, UnsupportedError
+from ckptfs.limits import Limits
 from ckptfs.sources import BytesSource
 
 
@@ -53,3 +56,23 @@ def test_a_byte_source_opens_like_a_file(tmp_path: Path) -> None:
         assert ck.path == "in-memory"
         assert [ck.read(t) for t in ck] == [on_disk.read(t) for t in on_disk]
         assert ck.extents(ck.tensors[0]) is not None and ck.source.fileno() is None
+
+
+@pytest.mark.parametrize("limits", [Limits(), Limits(max_tensors=2), Limits(max_key_bytes=20), Limits(max_tree_nodes=3),
+                                    Limits(max_tree_depth=0)])
+def test_a_flat_state_dict_is_collected_as_the_walk_collects_it(tmp_path: Path, limits: Limits,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = torch.ones(2)
+    path = save_zip({"a": shared, "b": torch.zeros(3), "c": shared, 7: torch.arange(2)}, tmp_path / "flat.pt")
+
+    def collect(fast: bool) -> list[tuple[Any, ...]] | str:
+        with monkeypatch.context() as patch:
+            if not fast:
+                patch.setattr(Checkpoint, "_collect_flat", lambda *args: False)
+            try:
+                with ckptfs.open(path, limits) as ck:
+                    return [(t.trail, t.shape) for t in ck.tensors]
+            except CkptfsError as exc:
+                return f"{type(exc).__name__}: {exc}"
+
+    assert collect(fast=True) == collect(fast=False)

@@ -49,7 +49,7 @@ def cmd_cat(args: argparse.Namespace) -> int:
 
 def _npy_view(layout: Layout, node: Node) -> Node:
     assert node.parent is not None
-    view = layout.entries(node.parent).get(node.name + NPY_SUFFIX)
+    view = layout.entry(node.parent, node.name + NPY_SUFFIX)
     if view is None:
         raise CkptfsError(f"{layout.path_of(node)} ({node.value.dtype.name}) has no {NPY_SUFFIX} view",
                           layout.checkpoint.path)

@@ -21,15 +21,16 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterator
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import CkptfsError
 from ckptfs.model.records import Tensor, path_of
 from ckptfs.model.tree import walk
 from ckptfs.sources import ByteSource
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CHUNK_ELEMENTS = 1 << 20
 """Elements compared at a time: two float64 copies of a chunk are 16 MiB."""
@@ -198,6 +199,8 @@ def chunk_difference(tensor: Tensor, left: bytes, right: bytes) -> ChunkResult:
     """How two chunks of a tensor's bytes differ: elements, and (numeric dtypes) the largest absolute difference
     ``|b - a|`` and relative one ``|b - a| / |a|`` (infinite where ``a`` is 0; NaN against NaN is no
     difference, NaN against a number an infinite one)."""
+    import numpy as np  # on first need: every command line imports this module, and numpy takes 0.1-0.3 s
+
     unequal = np.frombuffer(left, np.uint8).reshape(-1, tensor.itemsize) != \
         np.frombuffer(right, np.uint8).reshape(-1, tensor.itemsize)
     differing = int(np.count_nonzero(unequal.any(axis=1)))
@@ -216,6 +219,8 @@ def chunk_difference(tensor: Tensor, left: bytes, right: bytes) -> ChunkResult:
 def as_numbers(tensor: Tensor, data: bytes) -> np.ndarray | None:
     """A chunk's elements as float64 (complex128 for complex dtypes), or None when they are no plain numbers
     (quantized, packed, float8 and bit dtypes: compared as bytes only)."""
+    import numpy as np
+
     dtype = tensor.dtype
     if dtype.is_quantized or dtype.packing > 1:
         return None

@@ -4,8 +4,9 @@ The output is the mount's own view, written from its pieces: ``model.safetensors
 (``fs.safetensors``: every tensor safetensors can hold, by dotted key), or each
 tensor's ``NAME.npy`` (``fs.npy``), gathered in an uncompressed ``.npz`` under
 its dotted key, or in a directory under its path in the mount. Bytes are copied
-a bounded chunk at a time (stored ranges with ``copy_file_range`` where the
-kernel can), so memory stays flat whatever the checkpoint's size. A file is
+a bounded chunk at a time (stored ranges by the kernel: ``copy_file_range``,
+or ``sendfile`` where the output is on another file system), so memory stays
+flat whatever the checkpoint's size. A file is
 written beside its final name and renamed when complete; on any error or
 Ctrl-C nothing is left behind.
 """
@@ -19,7 +20,7 @@ import os
 import shutil
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.errors import CkptfsError, OutputError
@@ -99,26 +100,48 @@ def _writing(out: Path) -> Iterator[None]:
         raise OutputError(f"{out}: {exc.strerror or exc}") from None
 
 
+KernelCopy = Callable[[int, int, int, int, int], int]
+"""``copy(source_fd, out_fd, count, source_offset, out_offset)``: bytes copied at those offsets."""
+
+
+def _copy_file_range(source: int, out: int, count: int, source_offset: int, out_offset: int) -> int:
+    return os.copy_file_range(source, out, count, source_offset, out_offset)
+
+
+def _sendfile(source: int, out: int, count: int, source_offset: int, out_offset: int) -> int:
+    """Through the page cache without a copy in user space (copy_file_range refuses two file systems)."""
+    os.lseek(out, out_offset, os.SEEK_SET)
+    return os.sendfile(out, source, source_offset, count)
+
+
+def kernel_copies() -> list[KernelCopy]:
+    """The kernel's ways of copying between files, best first."""
+    return [copy for name, copy in (("copy_file_range", _copy_file_range), ("sendfile", _sendfile))
+            if hasattr(os, name)]
+
+
 def write_pieces(stream: BinaryIO, pieces: list[Piece], ck: Checkpoint, copied: Copied) -> None:
     """The pieces' bytes to ``stream``, a chunk at a time."""
-    kernel_copy = hasattr(os, "copy_file_range")
+    copies = kernel_copies()
     for piece in pieces:
         start = 0
         while start < piece.length:
             count = min(CHUNK, piece.length - start)
             fd = piece.extent.source.fileno() if isinstance(piece, SourceBytes) else None
-            if fd is not None and kernel_copy:
+            if fd is not None and copies:
                 stream.flush()
+                position = stream.tell()
                 try:
-                    count = os.copy_file_range(fd, stream.fileno(), count, piece.extent.offset + start, stream.tell())
+                    count = copies[0](fd, stream.fileno(), count, piece.extent.offset + start, position)
                 except OSError as exc:
                     if exc.errno == errno.ENOSPC:
                         raise
-                    kernel_copy = False  # a kernel or file system without it: copy through memory
+                    copies.pop(0)  # a kernel or file system without it: the next way, at last through memory
+                    stream.seek(position)
                     continue
                 if count == 0:
                     raise OutputError(f"{ck.path}: ended while being copied")
-                stream.seek(count, os.SEEK_CUR)
+                stream.seek(position + count)
             else:
                 stream.write(piece_bytes(piece, ck.read, start, count))
             start += count
@@ -130,7 +153,7 @@ def npy_files(layout: Layout) -> Iterator[tuple[Node, Node]]:
     for tensor in layout.checkpoint.tensors:
         node = layout.node_of(tensor)
         assert node.parent is not None
-        npy = layout.entries(node.parent).get(node.name + ".npy")
+        npy = layout.entry(node.parent, node.name + ".npy")
         if npy is not None and npy.kind is Kind.VIEW:
             yield node, npy
 

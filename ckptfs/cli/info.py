@@ -29,6 +29,7 @@ FORMAT_NAMES = {
     "tar": "legacy TAR checkpoint (torch <= 0.3)",
     "pt2": "torch.export archive (.pt2)",
     "safetensors": "safetensors file",
+    "safetensors_dir": "directory of safetensors files (HuggingFaceStorageWriter, save_pretrained)",
 }
 UNWRITTEN_SHOWN = 20
 """Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""
@@ -92,6 +93,7 @@ def overview(ck: Checkpoint) -> list[str]:
     elements = sum(t.numel for t in tensors)
     parameters = [t for t in tensors if t.is_parameter]
     counted = f"{elements:,} (elements of every tensor)"
+    chunk_lines = _chunk_lines(tensors)
     if parameters:
         counted += f"; {sum(t.numel for t in parameters):,} in {len(parameters):,} nn.Parameters"
     fields: list[tuple[str, list[str]]] = [
@@ -99,7 +101,9 @@ def overview(ck: Checkpoint) -> list[str]:
         ("format", [FORMAT_NAMES.get(ck.format, ck.format)]),
         ("size", [f"{human_size(total)} of tensor data ({total:,} bytes)"]),
         ("tensors", [f"{len(tensors):,}"]),
-        ("storages", [f"{len(ck.storages):,} ({human_size(stored)} stored)"]),
+        ("storages", [f"{len(ck.storages):,} ({human_size(stored)} stored)" if ck.storages or not chunk_lines
+                      else "0: the tensors' data is in chunks"]),
+        *chunk_lines,
         ("parameters", [counted]),
         ("dtypes", _dtype_lines(tensors) or ["none"]),
         ("byteorder", [ck.byteorder]),
@@ -119,6 +123,23 @@ def overview(ck: Checkpoint) -> list[str]:
         lines.append(f"{label + ':':<{width}}{printable(values[0])}")
         lines.extend(" " * width + printable(value) for value in values[1:])
     return lines
+
+
+def _chunk_lines(tensors: list[Tensor]) -> list[tuple[str, list[str]]]:
+    """A chunked (DCP) tensor's data is in blobs, not storages: how many, in how many files, how many bytes."""
+    from ckptfs.cli.listing import human_size
+
+    chunks = [chunk for tensor in tensors if tensor.chunks is not None for chunk in tensor.chunks]
+    if not chunks:
+        return []
+    files = len({chunk.file for chunk in chunks})
+    stored = sum(chunk.length for chunk in chunks)
+    line = (f"{len(chunks):,} of {sum(t.chunks is not None for t in tensors):,} tensors, torch.save blobs in "
+            f"{files:,} file{'s' if files != 1 else ''} ({human_size(stored)} stored)")
+    encoded = [chunk for chunk in chunks if chunk.transforms]
+    if encoded:
+        line += f"; {len(encoded):,} compressed ({', '.join(sorted({t for c in encoded for t in c.transforms}))})"
+    return [("chunks", [line])]
 
 
 def _dtype_lines(tensors: list[Tensor]) -> list[str]:

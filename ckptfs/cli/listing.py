@@ -42,9 +42,9 @@ def tensor_files(layout: Layout) -> dict[int, str]:
     return files
 
 
-def listed(ck: Checkpoint) -> list[tuple[str, Tensor]]:
-    """Every tensor with its file in the mount, in the checkpoint's order."""
-    files = tensor_files(Layout(ck))
+def listed(ck: Checkpoint, nest: bool = False) -> list[tuple[str, Tensor]]:
+    """Every tensor with its file in the mount (``nest``: in a ``--nest`` mount), in the checkpoint's order."""
+    files = tensor_files(Layout(ck, nest=nest))
     return [(files[id(tensor)], tensor) for tensor in ck.tensors]
 
 

@@ -18,6 +18,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
+from ckptfs.cli.cache_options import add_cache_options, cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
@@ -65,15 +66,15 @@ examples:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
-        rows = listed(ck)
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
+        rows = listed(ck, nest=args.nest)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
     return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args)) as ck:
+    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
         if not args.json:
             write_text(line + "\n" for line in overview(ck))
             return 0
@@ -92,9 +93,11 @@ def cmd_mount(args: argparse.Namespace) -> int:
 
     options = MountOptions(
         foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
+        nest=args.nest,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args))
+    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args),
+          cache_dir(args))
     return 0
 
 
@@ -224,8 +227,11 @@ def _add_reading_commands(sub: Any) -> None:
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
                          "nbytes")
+    ls.add_argument("--nest", action="store_true", help="files as a --nest mount shows them (dotted keys as "
+                                                        "directories: model/layers/0/mlp/w1.weight)")
     _add_limit_option(ls, "command_limit")
     add_remote_options(ls)
+    add_cache_options(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
     info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
@@ -239,6 +245,7 @@ def _add_reading_commands(sub: Any) -> None:
                       help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
     _add_limit_option(info, "command_limit")
     add_remote_options(info)
+    add_cache_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
     for command in (add_cat_parser(sub), add_diff_parser(sub)):
@@ -256,16 +263,24 @@ def _add_mount_commands(sub: Any) -> None:
         epilog="examples:\n"
                "  ckptfs mount model.pt /mnt/m\n"
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
+               "  ckptfs mount -o views=json,npy model.pt /mnt/m  # no model.safetensors, no /.zarr\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
                "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
-    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file, or its URL (s3://, http(s)://, ...)")
+    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
+                                                      "http(s)://, gs://, ...; a DCP directory's ends in /)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
     mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
+                          "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
+                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
+    mnt.add_argument("--nest", action="store_true",
+                     help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "
+                          "model/layers/0/mlp/w1.weight (every dot but the last; exact keys stay in the sidecars and "
+                          ".ckptfs/index.json; -o nest)")
     mnt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                      help="log every request: on stderr with -f, else in --log-file (which it then needs)")
     mnt.add_argument("--log-file", metavar="PATH",
@@ -278,6 +293,7 @@ def _add_mount_commands(sub: Any) -> None:
                      help="answer requests on several threads (default: one, which streams fastest)")
     _add_limit_option(mnt, "command_limit")
     add_remote_options(mnt)
+    add_cache_options(mnt)
     mnt.set_defaults(run=cmd_mount)
     umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
                             description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "

@@ -46,6 +46,7 @@ def _tensors(frame: FrameType) -> str:
 
 def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
+    from ckptfs.cache import MetadataCache
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
     from ckptfs.cli.convert import cmd_convert, copy_status, write_npz, write_pieces
     from ckptfs.cli.info import description_text, indented
@@ -59,6 +60,8 @@ def _phases() -> dict[CodeType, Describe]:
     return {
         SafeUnpickler.load.__code__: _pickle,
         Checkpoint._collect_tensors.__code__: _tensors,
+        MetadataCache.load.__code__: says("reading the metadata cache"),
+        MetadataCache.save.__code__: says("writing the metadata cache"),
         open_checkpoint.__code__: says("opening the checkpoint"),
         Layout.__init__.__code__: says("laying out the tree"),
         tensor_files.__code__: says("naming the files"),

@@ -1,13 +1,20 @@
 """The options of commands that open a checkpoint by URL: --endpoint-url, --anonymous, --region,
---storage-option, --cache-size."""
+--storage-option, --cache-size, --disk-cache-size (with the cache options' --cache-dir and --no-cache)."""
 
 from __future__ import annotations
 
 import argparse
 
+from ckptfs.cli.cache_options import cache_dir
 from ckptfs.limits import parse_quantity
 from ckptfs.sources import RemoteOptions
-from ckptfs.sources.remote.options import DEFAULT_CACHE_SIZE, MIN_CACHE_SIZE, parse_storage_option
+from ckptfs.sources.remote.options import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_DISK_CACHE_SIZE,
+    MIN_CACHE_SIZE,
+    DiskCacheSetting,
+    parse_storage_option,
+)
 
 
 def add_remote_options(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +32,24 @@ def add_remote_options(parser: argparse.ArgumentParser) -> None:
                             "takes tail_size, retries, timeout; fsspec URLs take their backend's options")
     group.add_argument("--cache-size", type=_cache_size, default=DEFAULT_CACHE_SIZE, metavar="SIZE",
                        help="memory for fetched ranges (default 256MiB, at least 32MiB)")
+    group.add_argument("--disk-cache-size", type=_disk_cache_size, metavar="SIZE",
+                       help="cache remote blocks on disk, in the cache folder's blocks/, up to SIZE for all objects "
+                            "(default 8GiB); remote blocks are cached on disk only when this or --cache-dir is given")
 
 
 def remote_options(args: argparse.Namespace) -> RemoteOptions:
     return RemoteOptions(endpoint_url=args.endpoint_url, anonymous=args.anonymous, region=args.region,
-                         storage_options=dict(args.storage_options), cache_size=args.cache_size)
+                         storage_options=dict(args.storage_options), cache_size=args.cache_size,
+                         disk_cache=_disk_cache(args))
+
+
+def _disk_cache(args: argparse.Namespace) -> DiskCacheSetting | None:
+    """Where remote blocks are cached on disk: only when asked (--cache-dir or --disk-cache-size), since a
+    mount reading a large checkpoint would otherwise fill the home folder unawares."""
+    folder = cache_dir(args)
+    if folder is None or (args.cache_dir is None and args.disk_cache_size is None):
+        return None
+    return DiskCacheSetting(folder, args.disk_cache_size or DEFAULT_DISK_CACHE_SIZE)
 
 
 def _storage_option(text: str) -> tuple[str, str]:
@@ -37,6 +57,16 @@ def _storage_option(text: str) -> tuple[str, str]:
         return parse_storage_option(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _disk_cache_size(text: str) -> int:
+    try:
+        size = parse_quantity(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if size < 1 << 20:
+        raise argparse.ArgumentTypeError("at least 1MiB")
+    return size
 
 
 def _cache_size(text: str) -> int:

@@ -17,7 +17,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
+from ckptfs.errors import (
+    CorruptCheckpointError,
+    LimitExceededError,
+    NoSuchObjectError,
+    NotACheckpointError,
+    UnsupportedError,
+)
 from ckptfs.formats import dcp, zip_checkpoint
 from ckptfs.formats.dcp_metadata import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem, parse_metadata
 from ckptfs.formats.dcp_transforms import RecentBlobs, decoded_blob
@@ -25,7 +31,7 @@ from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import dtype_by_name
-from ckptfs.model.records import Chunk, Key, Storage, Tensor
+from ckptfs.model.records import Chunk, Key, Storage, Tensor, contiguous_strides
 from ckptfs.sources import ByteSource, SourceSet, WindowSource
 
 GLOBAL_METADATA = ".metadata"
@@ -36,12 +42,15 @@ OVERLAP_CHECKED_CHUNKS = 256
 
 
 def metadata_files(directory: SourceSet) -> list[str]:
-    """The directory's metadata pickles, by content: ``.metadata`` alone when it is one, else every one found
-    (per-rank files, in rank order). Names ending in ``.metadata`` are looked at first."""
+    """The directory's metadata pickles, by content: ``.metadata`` alone when it is one (no listing needed),
+    else every one found in a listing (per-rank files, in rank order). Names ending in ``.metadata`` are looked
+    at first, and only they where each look costs a request (``SourceSet.probe_all``)."""
+    if dcp.is_metadata_head(directory.head(GLOBAL_METADATA, dcp.HEAD_BYTES)):
+        return [GLOBAL_METADATA]
     names = sorted(directory.names(), key=_metadata_order)[: dcp.MAX_FILES]
     found = []
     for name in names:
-        if not name.endswith(".metadata") and found:
+        if not name.endswith(".metadata") and (found or not directory.probe_all):
             break
         if dcp.is_metadata_head(directory.head(name, dcp.HEAD_BYTES)):
             if name == GLOBAL_METADATA:
@@ -61,8 +70,9 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
     if not files:
         raise NotACheckpointError("a directory, not a checkpoint file")
     metadata = _merged([_read_metadata(directory, name, limits) for name in files])
+    stored = {info.relative_path for info in metadata.storage.values()}
     parsed = DcpParsed(FORMAT, {}, [], details={
-        "metadata_files": files, "files": len(directory.names()), "version": metadata.version,
+        "metadata_files": files, "files": len(files) + len(stored), "version": metadata.version,
     }, directory=directory, limits=limits)
     builder = _TreeBuilder(len(metadata.items))
     tensors = chunks = 0
@@ -133,11 +143,12 @@ def _info(metadata: DcpMetadata, directory: SourceSet, key: ItemKey) -> StorageI
     where = f" at {list(key[1])}" if key[1] is not None else ""
     if info is None:
         raise CorruptCheckpointError(f"{key[0]!r}{where} is not in storage_data")
-    size = directory.names().get(info.relative_path)
-    if size is None:
+    try:
+        size = directory.member_size(info.relative_path)
+    except NoSuchObjectError:
         raise CorruptCheckpointError(f"{key[0]!r}{where} is stored in {info.relative_path!r}, "
-                                     "which is not in the directory")
-    if info.offset + info.length > size:
+                                     "which is not in the directory") from None
+    if size is not None and info.offset + info.length > size:
         raise CorruptCheckpointError(f"{key[0]!r}{where} is stored at [{info.offset}, {info.offset + info.length}) "
                                      f"of {info.relative_path!r}, which has {size} bytes")
     return info
@@ -152,8 +163,7 @@ def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory
     chunks = [_chunk(box, _info(metadata, directory, (fqn, box.offsets))) for box in item.chunks]
     if len(chunks) <= OVERLAP_CHECKED_CHUNKS:
         _check_disjoint(fqn, item.chunks)
-    stride = tuple(math.prod(item.size[i + 1:]) for i in range(len(item.size)))
-    return Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=chunks)
+    return Tensor(item.dtype, item.size, contiguous_strides(item.size), 0, None, item.requires_grad, chunks=chunks)
 
 
 def _check_disjoint(fqn: str, boxes: list[Box]) -> None:

@@ -3,19 +3,24 @@
 The frame declares no content size and has no seek table, and a zstd
 decoder's state cannot be copied, so a byte at offset N of the blob costs
 decompressing N bytes from the frame's start. ``ZstdBlobSource`` therefore
-decompresses once to learn the size, keeps the most recently used blobs
-whole in memory, together at most ``max_inflated_bytes``, and streams from the
-start, keeping only the requested bytes, for a blob larger than that. Memory
-stays bounded by that limit plus one read; time is one decompression of the
-blob up to the read's end per read of a blob not held (README: "DCP
-directories").
+decompresses once to learn the size, and keeps what it decompressed: the most
+recently used blobs whole in memory, together at most ``MAX_HELD_BYTES`` (or
+``max_inflated_bytes`` if lower); a larger blob in an unnamed temporary file
+under the user's cache directory (``$XDG_CACHE_HOME/ckptfs``, ``~/.cache/ckptfs``),
+the checkpoint's such files together at most ``SPILL_BYTES``, and never filling
+the disk past ``SPILL_FREE_BYTES``. A blob that fits neither is streamed from the
+start for every read, keeping only the requested bytes. The decoder is fed
+``FEED`` bytes at a time, so that one call cannot inflate a tiny frame into
+gigabytes. README: "DCP directories".
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import IO, Any
 
 from ckptfs.errors import CorruptCheckpointError, SourceError, UnsupportedError
 from ckptfs.limits import Limits
@@ -23,7 +28,16 @@ from ckptfs.sources import ByteSource, SourceStat
 
 ZSTD = "stream.zstd/1"
 STREAM_READ = 1 << 20
-"""Compressed bytes fed to the decoder at a time."""
+"""Compressed bytes read from the frame at a time."""
+FEED = 2048
+"""Compressed bytes given to the decoder in one call: zstd inflates at most ~32768:1 (a run-length block), so a
+call makes at most 64 MiB."""
+MAX_HELD_BYTES = 256 << 20
+"""Decompressed blobs kept in memory, together."""
+SPILL_BYTES = 64 << 30
+"""Decompressed blobs of one checkpoint kept in temporary files, together."""
+SPILL_FREE_BYTES = 1 << 30
+"""Space a spill file leaves free on its file system."""
 MAX_EXPANSION = 1 << 16
 """A zstd block inflates at most ~1:32768 plus framing; anything beyond this is refused as hostile."""
 ARCHIVE_OVERHEAD = 1 << 20
@@ -35,10 +49,12 @@ class RecentBlobs:
     bytes (a window of a tensor split along a later dimension reads from every chunk)."""
 
     def __init__(self, budget: int) -> None:
-        self.budget = budget
+        self.budget = min(budget, MAX_HELD_BYTES)
         self._blobs: OrderedDict[int, tuple[object, bytes]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+        self.spilled = 0
+        """Bytes of this checkpoint's blobs in spill files."""
 
     def get(self, owner: object) -> bytes | None:
         with self._lock:
@@ -92,6 +108,8 @@ class ZstdBlobSource:
         """Most bytes the frame may decompress to; more is refused as hostile."""
         if frame.size < 4 or frame.read(0, 4) != b"\x28\xb5\x2f\xfd":
             raise CorruptCheckpointError(f"marked {ZSTD} but not a zstd frame")
+        self._spill: IO[bytes] | None = None
+        """The decompressed blob in a temporary file, when it is larger than the memory budget."""
         self.size = self._scan()
 
     def _chunks(self) -> Any:
@@ -100,38 +118,72 @@ class ZstdBlobSource:
         produced = 0
         try:
             for position in range(0, self.frame.size, STREAM_READ):
-                piece = decoder.decompress(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
-                produced += len(piece)
-                if produced > self.ceiling:
-                    raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} bytes, "
-                                                 "more than its item can hold")
-                if piece:
-                    yield piece
+                read = memoryview(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
+                for start in range(0, len(read), FEED):
+                    piece = decoder.decompress(read[start : start + FEED])
+                    produced += len(piece)
+                    if produced > self.ceiling:
+                        raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} bytes, "
+                                                     "more than its item can hold")
+                    if piece:
+                        yield piece
         except self._zstd.ZstdError as exc:
             raise CorruptCheckpointError(f"zstd frame is corrupt ({exc})") from None
         if not decoder.eof:
             raise CorruptCheckpointError("zstd frame is truncated")
 
     def _scan(self) -> int:
-        """The decompressed size; the bytes kept as the recent blob when within ``max_inflated_bytes``."""
+        """The decompressed size; the bytes kept as the recent blob when within the memory budget, else in a spill
+        file when there is room for one."""
         parts: list[bytes] | None = []
+        spill: IO[bytes] | None = None
         size = 0
         for piece in self._chunks():
             size += len(piece)
             if parts is not None:
                 parts.append(piece)
-                if size > self.limits.max_inflated_bytes:
+                if size > self._recent.budget:
+                    spill = self._spill_file()
+                    if spill is not None:
+                        spill.writelines(parts)
                     parts = None
+            elif spill is not None:
+                if self._recent.spilled + size > SPILL_BYTES:
+                    spill.close()
+                    spill = None
+                else:
+                    spill.write(piece)
         if parts is not None:
             self._recent.put(self, b"".join(parts))
+        if spill is not None:
+            spill.flush()
+            self._recent.spilled += size
+        self._spill = spill
         return size
+
+    def _spill_file(self) -> IO[bytes] | None:
+        """An unnamed temporary file under the user's cache directory, or None where none can be made or the
+        checkpoint's spill files are at their budget."""
+        if self._recent.spilled + self._recent.budget > SPILL_BYTES:
+            return None
+        directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ckptfs")
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            disk = os.statvfs(directory)
+            if disk.f_bavail * disk.f_frsize < SPILL_FREE_BYTES + self.ceiling:
+                return None
+            return tempfile.TemporaryFile(dir=directory, prefix="zstd-")
+        except OSError:
+            return None
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
             raise SourceError(f"read of {length} bytes at offset {offset} is outside the decompressed item "
                               f"({self.size} bytes)", self.name)
+        if self._spill is not None:
+            return _pread(self._spill.fileno(), offset, length, self.name)
         data = self._recent.get(self)
-        if data is None and self.size <= self.limits.max_inflated_bytes:
+        if data is None and self.size <= self._recent.budget:
             data = b"".join(self._chunks())
             self._recent.put(self, data)
         if data is not None:
@@ -161,3 +213,19 @@ class ZstdBlobSource:
 
     def close(self) -> None:
         """Nothing to do: the recent blob belongs to the checkpoint."""
+
+
+def _pread(fd: int, offset: int, length: int, name: str) -> bytes:
+    parts, got = [], 0
+    try:
+        while got < length:
+            part = os.pread(fd, length - got, offset + got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    except OSError as exc:
+        raise SourceError(f"read of the decompressed item's spill file failed: {exc.strerror}", name) from None
+    if got != length:
+        raise SourceError(f"the decompressed item's spill file ended after {got} of {length} bytes", name)
+    return b"".join(parts)

@@ -18,7 +18,16 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, dcp_directory, legacy, legacy_tar, pt2, safetensors_file, zip_checkpoint
+from ckptfs.formats import (
+    dcp,
+    dcp_directory,
+    hf_directory,
+    legacy,
+    legacy_tar,
+    pt2,
+    safetensors_file,
+    zip_checkpoint,
+)
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -42,6 +51,10 @@ class Format(NamedTuple):
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
     if isinstance(source, SourceSet):
+        if not dcp_directory.metadata_files(source):
+            members = hf_directory.safetensors_members(source)
+            if hf_directory.is_safetensors_directory(source, members):
+                return hf_directory.open_safetensors_directory(source, members, limits)
         return dcp_directory.open_dcp(source, limits)
     if source.size == 0:
         raise NotACheckpointError("empty file, not a PyTorch checkpoint")
@@ -60,14 +73,14 @@ def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
 
 
 def _open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
-    """A torch.save or TorchScript archive; a zip that is neither may be a torch.export archive (by its records)
-    or one file of a DCP directory."""
+    """A torch.save or TorchScript archive, or a torch.export archive (by its records), from one parse of the
+    central directory; a zip that is none of them may be one file of a DCP directory."""
     try:
-        return zip_checkpoint.open_zip(opening, limits)
+        archive = pt2.Pt2Zip(opening, limits)
+        if pt2.is_pt2(archive):
+            return pt2.open_pt2(archive, limits)
+        return zip_checkpoint.open_archive(archive, limits)
     except (CorruptCheckpointError, NotACheckpointError, UnsupportedError):
-        parsed = pt2.open_if_pt2(opening, limits)
-        if parsed is not None:
-            return parsed
         if dcp.is_distcp(opening.source):
             raise NotACheckpointError(dcp.DISTCP_FILE) from None
         raise

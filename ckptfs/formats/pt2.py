@@ -28,7 +28,6 @@ from typing import Any
 
 from ckptfs.errors import CkptfsError, CorruptCheckpointError, NotACheckpointError, UnsupportedError
 from ckptfs.formats.interface import ParsedCheckpoint
-from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.pt2_payloads import PayloadLoader
 from ckptfs.formats.zip_archive import ZipArchive
 from ckptfs.formats.zip_checkpoint import ZipParsed
@@ -54,7 +53,11 @@ LEGACY_MODEL = "model"
 
 
 class Pt2Zip(ZipArchive):
-    """A zip whose records lie under one root folder, or at its top level in torch ≤ 2.7's layout."""
+    """A zip whose records lie under one root folder, or at its top level in torch ≤ 2.7's ``.pt2`` layout.
+
+    Any zip is parsed as one (its central directory once), then ``is_pt2`` tells which reader takes it: for a
+    zip that is not a ``.pt2`` it is exactly a ``ZipArchive``.
+    """
 
     def _find_prefix(self) -> str:
         if LEGACY_PROGRAM in self.entries:
@@ -62,21 +65,16 @@ class Pt2Zip(ZipArchive):
         return super()._find_prefix()
 
 
-def open_if_pt2(opening: Prefetch, limits: Limits) -> ParsedCheckpoint | None:
-    """The archive parsed, if its records are a ``.pt2``'s (an ``archive_format`` record under its root
-    folder, or the old layout's top-level program); None for any other zip.
+def is_pt2(archive: Pt2Zip) -> bool:
+    """Whether the zip's records are a ``.pt2``'s: an ``archive_format`` record under its root folder, or the old
+    layout's top-level program."""
+    return archive.prefix == "" or archive.entry(ARCHIVE_FORMAT) is not None
 
-    Called once the torch.save reader has refused the zip: the central directory is parsed a second time from
-    the bytes already read (a few ms per 1000 records), so that opening a torch.save archive costs nothing more.
-    """
-    try:
-        archive = Pt2Zip(opening, limits)
-    except CkptfsError:
-        return None
+
+def open_pt2(archive: Pt2Zip, limits: Limits) -> ParsedCheckpoint:
+    """The ``.pt2`` archive (``is_pt2``) read."""
     if archive.prefix == "":
         return _open_legacy(archive, limits)
-    if archive.entry(ARCHIVE_FORMAT) is None:
-        return None
     return _open_archive(archive, limits)
 
 

@@ -18,7 +18,7 @@ from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import dtype_by_name
-from ckptfs.model.records import Storage
+from ckptfs.model.records import Storage, contiguous_strides
 from ckptfs.pickle.values import short_repr
 
 DTYPE_NAMES = {
@@ -91,14 +91,10 @@ def _tensor(name: str, spec: Any, data_start: int, data_size: int, source: Any) 
         if type(shape[-1]) is not int or shape[-1] % 2:
             raise CorruptCheckpointError(f"{where} of F4 has an odd last axis {short_repr(shape[-1])}")
         shape[-1] //= 2
-    stride, step = [], 1
-    for size in reversed(shape):
-        stride.append(step)
-        step *= size if type(size) is int and size > 0 else 1
     storage = Storage(name, dtype, "cpu", (end - begin) // dtype.itemsize, name, size=end - begin,
                       source=source)
     storage.offset = data_start + begin
-    tensor = rebuild.make_tensor(storage, 0, tuple(shape), tuple(reversed(stride)), dtype)
+    tensor = rebuild.make_tensor(storage, 0, tuple(shape), contiguous_strides(shape), dtype)
     if tensor.nbytes != end - begin:
         raise CorruptCheckpointError(f"{where} of shape {short_repr(spec['shape'])} ({spec['dtype']}) needs "
                                      f"{tensor.nbytes} bytes, its data_offsets give {end - begin}")

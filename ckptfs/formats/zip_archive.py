@@ -28,6 +28,7 @@ from ckptfs.errors import (
 )
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
+from ckptfs.sources import ByteSource
 
 U32 = 0xFFFFFFFF
 U16 = 0xFFFF
@@ -82,6 +83,17 @@ class ZipArchive:
             for i, e in enumerate(self._by_offset)
         }
         self.prefix = self._find_prefix()
+
+    @classmethod
+    def restored(cls, source: ByteSource, limits: Limits, prefix: str, cd_offset: int,
+                 entries: dict[str, ZipEntry]) -> ZipArchive:
+        """The archive as a metadata cache entry remembers it: the storage records, each with its data offset
+        (``entries`` may make them on first use); every local header is still checked before first use."""
+        archive = cls.__new__(cls)
+        archive.source, archive.limits, archive._opening = source, limits, None
+        archive.entries, archive.prefix, archive.cd_offset = entries, prefix, cd_offset
+        archive._by_offset, archive._next_header = [], {}
+        return archive
 
     # -- central directory -----------------------------------------------------
 

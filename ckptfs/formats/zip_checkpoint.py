@@ -35,20 +35,22 @@ class _StorageTable:
         # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
         self.crcs_computed = archive.entries[archive.prefix + "data.pkl"].crc != 0
         self.storages: dict[str, Storage] = {}
+        self.entries, self.prefix = archive.entries, archive.prefix
 
     def persistent_load(self, pid: Any) -> Storage:
         cls, key, location, numel, _ = storage_persistent_id(pid, 5)
         dtype = dtype_of_storage_class(cls.module, cls.name)
         if dtype is None:
             raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
-        known = shared_storage(self.storages, key, dtype, numel)
-        if known is not None:
-            return known
+        if key in self.storages:
+            known = shared_storage(self.storages, key, dtype, numel)
+            if known is not None:
+                return known
         record = f"{self.directory}/{key}"
-        entry = self.archive.entry(record)
+        entry = self.entries.get(self.prefix + record)
         if entry is None:
             raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
-        storage = Storage(key, dtype, location, numel, record, size=entry.size, byteorder=self.byteorder,
+        storage = Storage(key, dtype, location, numel, record, -1, entry.size, self.byteorder,
                           source=self.archive.source)
         if entry.size != storage.nbytes:
             raise CorruptCheckpointError(
@@ -69,9 +71,11 @@ def probe(opening: Prefetch, head: bytes, limits: Limits) -> bool:
 
 
 def open_zip(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
-    archive = ZipArchive(opening, limits)
-    if archive.entry("archive_format") is not None:
-        raise UnsupportedError("torch.export (.pt2) archives are not supported")
+    return open_archive(ZipArchive(opening, limits), limits)
+
+
+def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
+    """A torch.save or TorchScript archive whose central directory is parsed."""
     is_torchscript = archive.entry("constants.pkl") is not None
     if archive.entry("data.pkl") is None:
         raise NotACheckpointError(NOT_A_CHECKPOINT)

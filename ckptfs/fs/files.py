@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ckptfs.fs.nest import Group
 from ckptfs.model.encoding import encode_leaf
 from ckptfs.model.records import NestedTensor, SparseTensor
 from ckptfs.pickle.values import PickledObject
@@ -27,6 +28,8 @@ def value_bytes(value: Any) -> bytes:
 
 
 def container_kind(value: Any) -> dict[str, Any]:
+    if isinstance(value, Group):
+        return {"kind": "nest", "prefix": value.prefix}
     if isinstance(value, dict):
         return {"kind": "dict"}
     if isinstance(value, list):

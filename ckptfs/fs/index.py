@@ -29,6 +29,7 @@ class Tree(Protocol):
     boxed: bool
     root: Dir
     paths: PathTexts
+    view_names: frozenset[str]
 
     def children(self, directory: Dir) -> list[Node]: ...
 
@@ -48,9 +49,13 @@ def make_index(layout: Tree) -> bytearray:
     (open directories, their folder text, ids) is what each line is made from.
     """
     ck = layout.checkpoint
+    views_shown = layout.view_names
+    sidecar_shown, npy_shown = "json" in views_shown, "npy" in views_shown
+    scales_shown, zero_points_shown = "q_scales" in views_shown, "q_zero_points" in views_shown
     budget = ck.limits.max_generated_bytes
     head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(), "zarr": ZARR_DIR}
+            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(),
+            "zarr": ZARR_DIR if "zarr" in views_shown else None}
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
     tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
     entries = bytearray()
@@ -84,13 +89,15 @@ def make_index(layout: Tree) -> bytearray:
             if shape is None:
                 shape = shape_texts[tensor.shape] = dumps(list(tensor.shape))
             quantization = tensor.quantization
-            channels = "" if quantization is None or quantization.scales is None else (
-                f'"q_scales": {folder_text}{name[:-1]}{SCALES_SUFFIX}", '
-                f'"q_zero_points": {folder_text}{name[:-1]}{ZERO_POINTS_SUFFIX}", ')
+            per_channel = quantization is not None and quantization.scales is not None
+            # The views shown beside the tensor, by their paths (text up to the closing quote).
+            beside = folder_text + name[:-1]
+            views = (f'"sidecar": {beside}{SIDECAR_SUFFIX}", ' if sidecar_shown else "") + (
+                f'"npy": {beside}{NPY_SUFFIX}", ' if npy_shown and npy_dtype(tensor) else "") + (
+                f'"q_scales": {beside}{SCALES_SUFFIX}", ' if per_channel and scales_shown else "") + (
+                f'"q_zero_points": {beside}{ZERO_POINTS_SUFFIX}", ' if per_channel and zero_points_shown else "")
             tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {layout.paths.path_text(tensor.trail)}, '
-                        f'"file": {folder_text}{name}, "sidecar": {folder_text}{name[:-1]}{SIDECAR_SUFFIX}", '
-                        f'{f""""npy": {folder_text}{name[:-1]}{NPY_SUFFIX}", """ if npy_dtype(tensor) else ""}'
-                        f'{channels}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
+                        f'"file": {folder_text}{name}, {views}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
                         f'"nbytes": {tensor.nbytes}}},\n').encode()
             continue
         line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {quote(node.name)}'

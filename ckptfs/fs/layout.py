@@ -31,7 +31,8 @@ What the mount shows
 * A checkpoint whose root object is not a container (``torch.save(tensor)``)
   shows that object as ``/%root``.
 
-Names: see ``fs.names``. Files beside each tensor: see ``fs.views``.
+Names: see ``fs.names``. Files beside each tensor: see ``fs.views`` (``views`` chooses which are shown).
+With ``nest``, a dict's dotted keys are directories: see ``fs.nest``.
 
 Inode numbers are stable across mounts of the same file: each container gets
 a block of numbers in walk order, eight per child (the entry, its sidecar, its
@@ -42,23 +43,26 @@ views; a directory's second is its ``model.safetensors``).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from array import array
+from typing import Any, Collection
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
-from ckptfs.fs.nodes import Dir, Kind, Node, ViewNode
+from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode
 from ckptfs.fs.pathtext import PathTexts
+from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
-from ckptfs.fs.views import views
+from ckptfs.fs.views import VIEW_NAMES, View, view_names
+from ckptfs.fs.views import views as make_views
 from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
 from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
-from ckptfs.model.tree import children, is_container
+from ckptfs.model.tree import is_container
 
 ROOT_INO = 1
 CONTROL_DIR_INO = 2
@@ -66,7 +70,7 @@ INDEX_INO = 3
 SAFETENSORS_INO = 4
 """The root's ``model.safetensors`` (another directory's is the directory's number plus one: a free view slot)."""
 FIRST_BLOCK_INO = 16
-SLOTS = 8
+SLOTS = 1 << SLOT_BITS
 """Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, a per-channel
 quantized tensor's scales and zero points, three kept for later views)."""
 CACHED_VALUE_SIZES = 4096
@@ -77,62 +81,32 @@ DIR_CACHE_SIZE = 4096
 class Layout:
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False) -> None:
+        """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are);
+        ``nest``: dicts' dotted keys shown as directories (``fs.nest``)."""
         self.checkpoint = checkpoint
+        self.view_names = view_names(views)
         root = checkpoint.root
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
-        self._children_of: dict[int, list[tuple[Key, Any]]] = {}
-        """Each container's ``(key, child)`` pairs, by the container's id."""
-        self._first_place: dict[int, tuple[Any, int]] = {}
-        """Each tensor's and container's first place: its parent container and position, by its id."""
-        self._block: dict[int, int] = {}
-        """Each container's first inode number (``SLOTS`` per child), by its id."""
+        self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
         self._dirs: dict[str, Dir] = {}
-        self._holding_tensors: set[int] = set()
-        """The root's children with a tensor below them (at its first place): each has a ``model.safetensors``."""
-        self._walk(top)
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
         index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)
         self.control.entries = {INDEX_NAME: index}
-        self.control.listing = [index]
+        self.control.head = [index]
         self._lock = threading.RLock()
-        self._index: bytearray | None = None
+        self._made: tuple[int, Any] | None = None
+        """The last index or ``model.safetensors`` made, by its inode number: one at a time, as each is tens of MiB
+        for 200,000 tensors (a listing needs only their sizes, kept on their nodes; an open file its pieces)."""
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.views = views(self.paths, checkpoint.extents)
-        self._safetensors: dict[int, SafetensorsFile] = {}
-        """Each ``model.safetensors`` made so far, by its inode number."""
-
-    def _walk(self, top: Any) -> None:
-        """Finds each shared object's first place and gives each container its inode block.
-
-        Pre-order, children in pickle order, like ``tree.walk``: the first place
-        found is the path ``Checkpoint`` gives the tensor.
-        """
-        next_block = FIRST_BLOCK_INO
-        # Each entry's last element is the root's child it is under (None for the root): which of them hold tensors.
-        stack: list[tuple[Any, Any, int, Any]] = [(top, None, -1, None)]
-        home, kids, block = self._first_place, self._children_of, self._block
-        while stack:
-            value, parent, index, branch = stack.pop()
-            if id(value) in home:
-                continue
-            home[id(value)] = (parent, index)
-            if not is_container(value):
-                if branch is not None:
-                    self._holding_tensors.add(id(branch))
-                continue
-            pairs = children(value)
-            kids[id(value)] = pairs
-            block[id(value)] = next_block
-            next_block += SLOTS * len(pairs)
-            for position in range(len(pairs) - 1, -1, -1):
-                child = pairs[position][1]
-                if (isinstance(child, Tensor) or is_container(child)) and id(child) not in home:
-                    stack.append((child, value, position, child if parent is None else branch))
+        self.views = make_views(self.paths, checkpoint.extents, self.view_names)
+        self._view_of_slot: list[View | None] = [None] * SLOTS
+        for view in self.views:
+            self._view_of_slot[view.slot] = view
 
     # -- navigation ------------------------------------------------------------
 
@@ -142,7 +116,7 @@ class Layout:
             return self.root
         parent, _, name = path.rpartition("/")
         directory = self._directory(parent)
-        return None if directory is None else self.entries(directory).get(name)
+        return None if directory is None else self.entry(directory, name)
 
     def _directory(self, path: str) -> Dir | None:
         """The directory at ``path`` (``""`` for the root), or None.
@@ -170,6 +144,7 @@ class Layout:
         return node
 
     def entries(self, directory: Dir) -> dict[str, Node]:
+        """The directory's own entries by name: views are not among them (``entry`` finds those too)."""
         if directory.entries is None:
             with self._lock, gc_paused():
                 if directory.entries is None:
@@ -177,73 +152,97 @@ class Layout:
         assert directory.entries is not None
         return directory.entries
 
+    def entry(self, directory: Dir, name: str) -> Node | None:
+        """The entry called ``name`` in the directory, views included, or None."""
+        found = self.entries(directory).get(name)
+        if found is not None or isinstance(directory, ZarrDir):
+            return found
+        for view in self.views:
+            if name.endswith(view.suffix):
+                # No child's name ends with a view's suffix (fs.names): the rest of the name is the tensor's.
+                child = directory.entries.get(name[: -len(view.suffix)])  # type: ignore[union-attr]
+                if (child is not None and (child.kind is Kind.TENSOR or child.kind is Kind.LINK)
+                        and isinstance(child.value, Tensor) and view.shows(child.value)):
+                    return ViewNode.beside(child, view)
+        return None
+
     def listing(self, directory: Dir) -> list[Node]:
+        """The directory's entries in listing order: each child followed by its views."""
+        return self.listing_slice(directory, 0, self.listing_length(directory))
+
+    def listing_length(self, directory: Dir) -> int:
         self.entries(directory)
-        return directory.listing
+        return len(directory.head) + len(directory.plan) + len(directory.tail)
+
+    def listing_slice(self, directory: Dir, start: int, stop: int) -> list[Node]:
+        """Entries ``start`` to ``stop`` of ``listing``: a big directory's listing is made a window at a time."""
+        self.entries(directory)
+        return directory.listed(start, stop, self._view_of_slot)
+
+    def listing_columns(self, directory: Dir, start: int, stop: int) -> tuple[list[str], list[int], list[Kind]]:
+        """The names, inode numbers and kinds of ``listing_slice``'s entries, without making a node per view."""
+        self.entries(directory)
+        return directory.listed_columns(start, stop, self._view_of_slot)
 
     def children(self, directory: Dir) -> list[Node]:
-        """One node per child of the directory's container, by position: no sidecars, no ``.ckptfs``."""
+        """One node per child of the directory's container, by position: no views, no ``.ckptfs``."""
         self.entries(directory)
         return directory.children
 
     def _build(self, directory: Dir) -> None:
         if isinstance(directory, ZarrDir):
             found = mirror_entries(directory, [] if directory.array else self.children(directory.mirrors))
-            directory.listing, directory.entries = found, {node.name: node for node in found}
+            directory.head, directory.entries = found, {node.name: node for node in found}
             return
         container = directory.value
-        pairs = self._children_of[id(container)]
-        base = self._block[id(container)]
+        pairs = self.places.pairs(container)
+        base = self.places.block(container)
         entries: dict[str, Node] = {}
-        listing: list[Node] = []
+        plan = array("I")
         kids: list[Node] = []
         if directory is self.root:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
-            mirror = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
-            entries[CONTROL_DIR], entries[ZARR_DIR] = self.control, mirror
-            listing.append(self.control)
+            entries[CONTROL_DIR] = self.control
+            if "zarr" in self.view_names:
+                entries[ZARR_DIR] = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
+            directory.head = [self.control]
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
             name = names[position]
             node = self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
-            listing.append(node)
             kids.append(node)
+            plan.append(position << SLOT_BITS)
             if isinstance(child, Tensor):
-                kind = Kind.VIEW if node.kind is Kind.TENSOR else Kind.VIEW_LINK
-                for view in (v for v in self.views if v.shows(child)):
-                    shown = ViewNode(node.ino + view.slot, kind, name + view.suffix, directory, key, child, view)
-                    entries[shown.name] = shown
-                    listing.append(shown)
+                plan.extend([(position << SLOT_BITS) | v.slot for v in self.views if v.shows(child)])
         if self._has_safetensors(directory):
             ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
             bundle = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, container)
             entries[SAFETENSORS_NAME] = bundle
-            listing.append(bundle)
-        directory.listing = listing
+            directory.tail = [bundle]
+        directory.plan = plan
         directory.children = kids
         directory.entries = entries
 
     def _has_safetensors(self, directory: Dir) -> bool:
         """The root (holding any tensor) and each of its children holding one have a ``model.safetensors``."""
+        if "safetensors" not in self.view_names:
+            return False
         if directory is self.root:
             return bool(self.checkpoint.tensors)
-        return directory.parent is self.root and id(directory.value) in self._holding_tensors
+        return directory.parent is self.root and self.places.holds_tensors(directory.value)
 
     def safetensors(self, node: Node) -> SafetensorsFile:
         """The ``model.safetensors`` a ``BUNDLE`` node shows, made on first use."""
-        made = self._safetensors.get(node.ino)
-        if made is None:
-            with self._lock, gc_paused():
-                tree = MemberTree(lambda container: self._children_of[id(container)], self._is_first_place)
-                found, left_out = members(node.value, tree)
-                ck = self.checkpoint
-                made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
-                self._safetensors[node.ino] = made
-        return made
-
-    def _is_first_place(self, child: Any, container: Any, position: int) -> bool:
-        return self._first_place[id(child)] == (container, position)
+        with self._lock, gc_paused():
+            if self._made is not None and self._made[0] == node.ino:
+                return self._made[1]  # type: ignore[no-any-return]
+            self._made = None
+            found, left_out = members(node.value, MemberTree(self.places.pairs, self.places.is_first_place))
+            ck = self.checkpoint
+            made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
+            self._made = (node.ino, made)
+            return made
 
     def safetensors_paths(self) -> list[str]:
         """Where the ``model.safetensors`` files are, relative to the mount root."""
@@ -252,9 +251,9 @@ class Layout:
                 for top in tops if self._has_safetensors(top)]
 
     def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
-        if not (isinstance(child, Tensor) or is_container(child)):
+        if not (isinstance(child, Tensor) or holds(child)):
             return Node(ino, Kind.VALUE, name, directory, key, child)
-        parent, index = self._first_place[id(child)]
+        parent, index = self.places.first_place(child)
         if parent is not directory.value or index != position:
             return Node(ino, Kind.LINK, name, directory, key, child)
         if isinstance(child, Tensor):
@@ -265,7 +264,7 @@ class Layout:
         """The node showing a tensor or container at its first place."""
         positions: list[int] = []
         while value is not self.root.value:
-            value, index = self._first_place[id(value)]
+            value, index = self.places.first_place(value)
             positions.append(index)
         node: Node = self.root
         for index in reversed(positions):
@@ -318,8 +317,12 @@ class Layout:
             return 0
         if kind is Kind.LINK or kind is Kind.VIEW_LINK:
             return len(self.link_target(node).encode("utf-8"))
-        if kind is Kind.BUNDLE:
-            return self.safetensors(node).size
+        if kind is Kind.BUNDLE or kind is Kind.INDEX:
+            with self._lock:
+                kept = self._made
+                size = self.safetensors(node).size if kind is Kind.BUNDLE else len(self.index_bytes())
+                self._made = kept  # a listing needs its size only: made again when opened
+                return size
         if kind is Kind.ZARR_CHUNK:
             return node.value.nbytes  # type: ignore[no-any-return]
         if isinstance(node, ViewNode):
@@ -375,9 +378,10 @@ class Layout:
     def index_bytes(self) -> bytearray:
         """The index (made on first use); a bytearray not to be changed: the text is not copied to a bytes."""
         with self._lock, gc_paused():
-            if self._index is None:
-                self._index = make_index(self)
-            return self._index
+            if self._made is None or self._made[0] != INDEX_INO:
+                self._made = None  # the last one made is let go first: never two at once
+                self._made = (INDEX_INO, make_index(self))
+            return self._made[1]  # type: ignore[no-any-return]
 
 
 def _ancestry(node: Node | None) -> list[Node]:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import enum
+from array import array
 from typing import Any
 
 from ckptfs.fs.views import View
 from ckptfs.model.records import Key
+
+
+SLOT_BITS = 3
+"""A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
 
 
 class Kind(enum.Enum):
@@ -53,16 +58,59 @@ class ViewNode(Node):
         super().__init__(ino, kind, name, parent, key, value)
         self.view = view
 
+    @staticmethod
+    def beside(child: Node, view: View) -> ViewNode:
+        """The view of a child tensor: its file, or a link to that view of the tensor's file if the child is a link."""
+        kind = Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK
+        return ViewNode(child.ino + view.slot, kind, child.name + view.suffix, child.parent, child.key, child.value,
+                        view)
+
 
 class Dir(Node):
-    """A directory; its entries are made the first time they are asked for."""
+    """A directory; its entries are made the first time they are asked for.
 
-    __slots__ = ("entries", "listing", "children")
+    Views (``NAME.json`` …) are not kept: ``Layout`` makes their nodes as they are listed or looked up, from the
+    tensor's node and ``plan``, so a directory of N tensors holds N nodes and ``4 N`` bytes of plan, not 3 N nodes.
+    """
+
+    __slots__ = ("entries", "head", "plan", "tail", "children")
 
     def __init__(self, ino: int, name: str, parent: Dir | None, key: Key, value: Any) -> None:
         super().__init__(ino, Kind.DIR, name, parent, key, value)
         self.entries: dict[str, Node] | None = None
-        self.listing: list[Node] = []
-        """Entries in readdir order: each child, followed by its sidecar if it is a tensor."""
+        """Its own entries by name: children and the others below, not views."""
+        self.head: list[Node] = []
+        """Listed first (the root's ``.ckptfs``; every entry of a ``/.zarr`` directory)."""
+        self.plan: array[int] = array("I")
+        """Then each child and each of its views, in listing order: the child's position times ``SLOTS`` plus the
+        view's slot (0: the child itself)."""
+        self.tail: list[Node] = []
+        """Listed last (``model.safetensors``)."""
         self.children: list[Node] = []
         """One node per child of the container, by position."""
+
+    def listed(self, start: int, stop: int, by_slot: list[View | None]) -> list[Node]:
+        """Entries ``start`` to ``stop`` of the listing (made: ``fs.layout``), views by their slot."""
+        head, plan, children = self.head, self.plan, self.children
+        found = head[start:stop]
+        start, stop = max(start - len(head), 0), max(stop - len(head), 0)
+        for code in plan[start:stop]:
+            child = children[code >> SLOT_BITS]
+            slot = code & ((1 << SLOT_BITS) - 1)
+            found.append(ViewNode.beside(child, by_slot[slot]) if slot else child)  # type: ignore[arg-type]
+        return found + self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+
+    def listed_columns(self, start: int, stop: int,
+                       by_slot: list[View | None]) -> tuple[list[str], list[int], list[Kind]]:
+        """The names, inode numbers and kinds of ``listed``'s entries, without a node per view."""
+        head, plan, children = self.head[start:stop], self.plan, self.children
+        names, inos, kinds = [n.name for n in head], [n.ino for n in head], [n.kind for n in head]
+        start, stop = max(start - len(self.head), 0), max(stop - len(self.head), 0)
+        for code in plan[start:stop]:
+            child = children[code >> SLOT_BITS]
+            slot = code & ((1 << SLOT_BITS) - 1)
+            names.append(child.name + by_slot[slot].suffix if slot else child.name)  # type: ignore[union-attr]
+            inos.append(child.ino + slot)
+            kinds.append(child.kind if not slot else Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK)
+        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]

@@ -26,7 +26,7 @@ def resolve(layout: Layout, path: str, follow: bool) -> Node:
     for position, name in enumerate(parts):
         if not isinstance(node, Dir):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
-        child = layout.entries(node).get(name)
+        child = layout.entry(node, name)
         if child is None:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         while child.kind in LINK_KINDS and (follow or position < len(parts) - 1):

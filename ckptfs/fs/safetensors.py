@@ -27,6 +27,7 @@ from typing import Any, Callable, NamedTuple
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
+from ckptfs.fs.nest import Group
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.encoding import key_text
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
@@ -34,6 +35,7 @@ from ckptfs.model.tree import is_container
 from ckptfs.reading.extents import Extent
 
 SAFETENSORS_NAME = "model.safetensors"
+METADATA_KEY = "__metadata__"
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors loader refuses longer headers."""
 class Member(NamedTuple):
@@ -83,7 +85,7 @@ def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
                     found.append(Member(name, child))
             elif isinstance(child, (SparseTensor, NestedTensor)):
                 left_out.append(LeftOut(name, "sparse" if isinstance(child, SparseTensor) else "nested"))
-            elif is_container(child):
+            elif is_container(child) or isinstance(child, Group):
                 if tree.is_first_place(child, container, position):
                     below.append((child, name + "."))
                 else:
@@ -104,6 +106,8 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
         return "a 0-d float4_e2m1fn_x2 has no safetensors shape"
     if name in seen:
         return "name met twice"
+    if name == METADATA_KEY:
+        return f"{METADATA_KEY} is the header's own"
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -129,19 +133,28 @@ class SafetensorsFile:
         self.members = sorted(found, key=lambda member: -member.tensor.itemsize)
         # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
         # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
-        header: dict[str, Any] = {"__metadata__": {
+        metadata = {
             "format": "pt", "source": source.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-            "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}}
-        offset = 0
+            "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}
+        limit = min(max_bytes, MAX_HEADER_BYTES)
+        # json.dumps of the header as a dict, written a member at a time: no dict per member (200,000 of them
+        # would be several times the text), and a header over the limit stops as it passes it.
+        parts = [f'{{"{METADATA_KEY}":{json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))}']
+        length, offset = len(parts[0]), 0
         for name, tensor in self.members:
             shape = list(tensor.shape)
             if tensor.dtype.name == PACKED_F4:
                 shape[-1] *= 2
-            header[name] = {"dtype": DTYPE_NAMES[tensor.dtype.name], "shape": shape,
-                            "data_offsets": [offset, offset + tensor.nbytes]}
+            part = (f',{json.dumps(name, ensure_ascii=False)}:{{"dtype":"{DTYPE_NAMES[tensor.dtype.name]}",'
+                    f'"shape":[{",".join(map(str, shape))}],"data_offsets":[{offset},{offset + tensor.nbytes}]}}')
+            parts.append(part)
+            length += len(part)
             offset += tensor.nbytes
-        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        limit = min(max_bytes, MAX_HEADER_BYTES)
+            if length > limit:
+                break
+        parts.append("}")
+        text = "".join(parts).encode("utf-8")
+        del parts
         if len(text) > limit:
             raise LimitExceededError(f"{SAFETENSORS_NAME}'s header would exceed {limit} bytes")
         text += b" " * (-len(text) % 8)

@@ -9,7 +9,9 @@ pieces). A new view is a class here and a row in ``views``.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Collection, Iterable, Protocol, Sequence
+
+from ckptfs.errors import CkptfsError
 
 from ckptfs.fs.npy import npy_dtype, npy_header
 from ckptfs.fs.pathtext import PathTexts
@@ -22,6 +24,9 @@ SIDECAR_SUFFIX = ".json"
 SCALES_SUFFIX = ".q_scales"
 ZERO_POINTS_SUFFIX = ".q_zero_points"
 NPY_SUFFIX = ".npy"
+VIEW_NAMES = ("json", "npy", "q_scales", "q_zero_points", "safetensors", "zarr")
+"""What ``-o views=`` names: the per-tensor views by their suffix, each directory's ``model.safetensors`` and
+``/.zarr``."""
 NPY_HEADERS = 4096
 """``.npy`` headers remembered by dtype and shape (a model has few distinct shapes)."""
 
@@ -122,7 +127,26 @@ class QuantizationTensorView:
         return part
 
 
-def views(paths: PathTexts, extents: Extents) -> tuple[View, ...]:
-    """The views of one layout, in listing order after each tensor."""
-    return (SidecarView(paths), NpyView(extents), QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
-            QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))
+class UnknownViewError(CkptfsError):
+    """A view name that is not one of ``VIEW_NAMES``."""
+
+
+def view_names(names: Iterable[str]) -> frozenset[str]:
+    """The names checked (UnknownViewError naming the first unknown one); ``all`` stands for every view."""
+    chosen = set()
+    for name in names:
+        if name == "all":
+            chosen.update(VIEW_NAMES)
+        elif name not in VIEW_NAMES:
+            raise UnknownViewError(f"unknown view {name!r} (views: {', '.join(VIEW_NAMES)}, all)")
+        else:
+            chosen.add(name)
+    return frozenset(chosen)
+
+
+def views(paths: PathTexts, extents: Extents, shown: Collection[str] = VIEW_NAMES) -> tuple[View, ...]:
+    """The per-tensor views of one layout among those ``shown`` names, in listing order after each tensor."""
+    every: tuple[View, ...] = (
+        SidecarView(paths), NpyView(extents), QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
+        QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))
+    return tuple(view for view in every if view.suffix[1:] in shown)

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
+from typing import Any, Collection
 
-import fsspec
 from fsspec.archive import AbstractArchiveFileSystem
-from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from ckptfs.checkpoint import open_checkpoint
@@ -37,10 +35,10 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
-from ckptfs.fsspec.source import FileObjectSource, FsspecFileSource
+from ckptfs.fs.views import VIEW_NAMES
+from ckptfs.fsspec.targets import target_source
 from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
-from ckptfs.sources import ByteSource, open_source
 
 
 class CheckpointFileSystem(AbstractArchiveFileSystem):
@@ -52,13 +50,17 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     """Like ``zip`` and ``tar``: each instance opens the checkpoint it is given, as it is then."""
 
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
-                 limits: Limits | None = None, **kwargs: Any) -> None:
+                 limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
-        ``fsspec.open`` would), an open binary file or a ``ckptfs.sources.ByteSource``; ``limits``: the safety limits (``ckptfs.Limits``)."""
+        ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
+        ``limits``: the safety limits (``ckptfs.Limits``); ``views``: the views shown (``json``, ``npy``,
+        ``q_scales``, ``q_zero_points``, ``safetensors``, ``zarr``; default all), as a list or a comma-separated
+        text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``."""
         super().__init__(**kwargs)
         self.fo = fo
-        self.checkpoint = open_checkpoint(_source(fo, target_protocol, target_options), limits or Limits())
-        self.layout = Layout(self.checkpoint)
+        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options), limits or Limits())
+        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -162,15 +164,6 @@ class CheckpointFile(AbstractBufferedFile):
         return read_content(self.fs.checkpoint, self.content, start, end - start)
 
 
-def _source(fo: Any, protocol: str | None, options: dict[str, Any] | None) -> ByteSource:
-    """What ``fo`` names: a local file (read with ``pread``), a file of another fsspec file system, a file object,
-    or a ckptfs ``ByteSource`` as it is."""
-    if hasattr(fo, "read") and hasattr(fo, "size") and hasattr(fo, "reopen"):
-        return fo  # type: ignore[no-any-return]
-    if hasattr(fo, "read") and hasattr(fo, "seek"):
-        return FileObjectSource(fo)
-    url = os.fspath(fo)
-    fs, path = fsspec.core.url_to_fs(url, **({"protocol": protocol} if protocol else {}), **(options or {}))
-    if isinstance(fs, LocalFileSystem):
-        return open_source(path)
-    return FsspecFileSource(fs, path)
+def _view_list(views: Collection[str]) -> Collection[str]:
+    """Views as a list or a comma-separated text (a URL's or a configuration file's storage option)."""
+    return [name for name in views.split(",") if name] if isinstance(views, str) else views

@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 import warnings
+from pathlib import Path
 from typing import Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
@@ -52,8 +53,9 @@ Notify = Callable[[], None]
 
 
 def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits(),
-          remote: RemoteOptions = RemoteOptions()) -> None:
-    """Mounts ``source`` (a path or a URL, reached as ``remote`` says) read-only at ``mountpoint``.
+          remote: RemoteOptions = RemoteOptions(), cache_dir: Path | None = None) -> None:
+    """Mounts ``source`` (a path or a URL, reached as ``remote`` says) read-only at ``mountpoint``; the parse
+    is cached below ``cache_dir`` (``ckptfs.cache``), if given.
 
     Returns once the mount answers; in the foreground, once it is unmounted again.
     Raises CkptfsError (MountError for mount problems) with nothing left mounted.
@@ -65,7 +67,7 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
     try:
-        checkpoint, layout = _parse(source, limits, remote)
+        checkpoint, layout = _parse(source, limits, remote, cache_dir, options)
     except BaseException:
         if log_fd is not None:
             os.close(log_fd)
@@ -89,11 +91,13 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
             os.close(log_fd)
 
 
-def _parse(source: str, limits: Limits, remote: RemoteOptions) -> tuple[Checkpoint, Layout]:
+def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path | None,
+           options: MountOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
-        checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote)
+        checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
+                                     cache_dir)
         try:
-            layout = Layout(checkpoint)
+            layout = Layout(checkpoint, views=options.views, nest=options.nest)
             check_fuse()
         except BaseException:
             checkpoint.close()

@@ -2,7 +2,8 @@
 
 ``-o`` takes libfuse's own options (``allow_other``, ``allow_root``,
 ``auto_unmount``, ``fsname=``), the owner and modes of every file (``uid=``,
-``gid=``, ``umask=``, applied by ckptfs), the kernel's mount flags
+``gid=``, ``umask=``, applied by ckptfs), the views shown (``views=json,npy``, ``noviews``: see
+``fs.views.VIEW_NAMES``), the kernel's mount flags
 (``noexec``, ``noatime`` …, passed on), and the options mount(8) and systemd
 keep for themselves (``defaults``, ``noauto``, ``nofail``, ``x-systemd.*`` …),
 which say when and by whom to mount and are ignored here. libfuse 3 refuses any
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ckptfs.errors import MountError
+from ckptfs.fs.views import VIEW_NAMES, UnknownViewError, view_names
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,10 @@ class MountOptions:
     log_file: str | None = None
     kernel_flags: tuple[str, ...] = ()
     """Mount flags passed on to libfuse (``noexec``, ``noatime`` …)."""
+    nest: bool = False
+    """Dicts' dotted keys shown as directories (``fs.nest``)."""
+    views: frozenset[str] = frozenset(VIEW_NAMES)
+    """The views shown (``fs.views.VIEW_NAMES``): ``-o views=json,npy``, ``-o noviews``."""
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
@@ -61,10 +67,23 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
     """
     changes: dict[str, Any] = {}
     flags = list(options.kernel_flags)
+    views: list[str] | None = None
     for text in lists:
+        listing_views = False
         for option in filter(None, text.split(",")):
             name, has_value, value = option.partition("=")
-            if not has_value and name in FUSE_FLAGS:
+            if listing_views and not has_value and name in VIEW_NAMES:
+                # views=json,npy: the names after views= are its (no view is called as an option is).
+                views.append(name)  # type: ignore[union-attr]
+                continue
+            listing_views = False
+            if has_value and name == "views":
+                views, listing_views = list(filter(None, value.split(":"))), True
+            elif option == "noviews":
+                views = []
+            elif option == "nest":
+                changes["nest"] = True
+            elif not has_value and name in FUSE_FLAGS:
                 changes[name] = True
             elif not has_value and name in KERNEL_FLAGS:
                 flags.append(name)
@@ -77,6 +96,11 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 changes[name] = _value(name, value)
             elif not sloppy:
                 raise MountError("unknown mount option (ckptfs mount --help lists them)", f"-o {option}")
+    if views is not None:
+        try:
+            changes["views"] = view_names(views)
+        except UnknownViewError as exc:
+            raise MountError(exc.reason, f"-o views={','.join(views)}") from None
     return dataclasses.replace(options, kernel_flags=tuple(dict.fromkeys(flags)), **changes)
 
 

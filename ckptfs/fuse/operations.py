@@ -4,7 +4,8 @@ Importing this module loads libfuse3 (``MountError`` if it is missing).
 
 Hot paths skip mfusepy's generic conversions: ``getattr`` fills the C
 ``struct stat`` directly, ``readdir`` hands the kernel every entry's attributes
-(readdirplus) from an array of them made once per directory, and ``read_buf`` answers a read of a tensor stored as
+(readdirplus), written a window of entries at a time from sizes kept per
+directory, and ``read_buf`` answers a read of a tensor stored as
 one little-endian range with a buffer naming the source's file descriptor and
 absolute offset, so libfuse reads the bytes itself and they never pass through
 Python. Everything else (strided or byte-swapped tensors, deflated records,
@@ -44,8 +45,13 @@ CACHE_TIMEOUT = 86400.0
 STATFS_BLOCK = 4096
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
-MAX_LISTED_ENTRIES = 1 << 18
-"""Directory entries whose listings are kept (~150 bytes each); past it they are made again as asked."""
+MAX_LISTED_ENTRIES = 1 << 22
+"""Directory entries whose sizes are kept for listings (8 bytes each); past it they are made again as asked."""
+WINDOW = 256
+"""Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
+kernel request takes ~20 with attributes)."""
+SIZES_WINDOW = 4096
+"""Entries made at once to compute a listing's sizes."""
 
 _STAT = mfusepy.c_stat
 _STAT_SIZE = ctypes.sizeof(_STAT)
@@ -58,11 +64,22 @@ _RawFiller = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ct
 
 @dataclass(slots=True)
 class _Listing:
-    nodes: list[Node]
-    """``.``, ``..``, then the directory's entries."""
-    stats: ctypes.Array[Any]
+    directory: Dir
+    sizes: array.array[int]
+    """The file size of each entry (``.``, ``..``, then the directory's), made once."""
+
+
+@dataclass(slots=True)
+class _Window:
+    """Consecutive entries of one listing ready for the kernel."""
+
+    directory: Dir
+    start: int
+    names: list[bytes]
+    memory: bytearray
+    """Their ``struct stat``s, one after another."""
     address: int
-    """Where ``stats`` begins: entry i's ``struct stat`` is at ``address + i * sizeof(struct stat)``."""
+    """Where ``memory`` is."""
 
 
 @dataclass(slots=True)
@@ -91,6 +108,7 @@ class CheckpointFS:
         self.initialized = False
         self._files: dict[int, OpenFile] = {}
         self._listings: dict[int, _Listing] = {}
+        self._window: _Window | None = None
         self._listed = 0
         self._handles = itertools.count(1)
         source = checkpoint.source.stat()
@@ -154,52 +172,82 @@ class CheckpointFS:
         return 0
 
     def readdir(self, path: bytes, buf: int, filler: Any, offset: int, flags: int) -> int:
-        """Entries from ``offset`` on, each with its attributes; stops when the kernel's buffer is full."""
+        """Entries from ``offset`` on, each with its attributes; stops when the kernel's buffer is full.
+
+        Entries are made a window at a time (the last one kept: the kernel reads a listing in order, a request
+        after another), their ``struct stat``s written a column at a time into one array.
+        """
         directory = self._node(path)
         if directory is None:
             return -errno.ENOENT
         if not isinstance(directory, Dir):
             return -errno.ENOTDIR
-        listing = self._listing(directory)
+        sizes = self._listing(directory).sizes
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
         fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
-        nodes, address = listing.nodes, listing.address
-        for position in range(offset, len(nodes)):
-            name = b"." if position == 0 else b".." if position == 1 else nodes[position].name.encode("utf-8")
-            if fill(buf, name, address + position * _STAT_SIZE, position + 1, plus):
-                break
+        position = offset
+        while position < len(sizes):
+            window = self._window
+            if window is None or window.directory is not directory or not (
+                    window.start <= position < window.start + len(window.names)):
+                window = self._make_window(directory, position, sizes)
+            start, names, address = window.start, window.names, window.address
+            for index in range(position - start, len(names)):
+                if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
+                    return 0
+            position = start + len(names)
         return 0
 
+    def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
+        """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""
+        stop = min(start + WINDOW, len(sizes))
+        dots = [directory, directory.parent or directory][start:stop]
+        names, inos, kinds = self.layout.listing_columns(directory, max(start - 2, 0), max(stop - 2, 0))
+        names = [".", ".."][start:stop] + names
+        modes = self._modes
+        memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
+                             sizes[start:stop])
+        window = _Window(directory, start, [name.encode("utf-8") for name in names], memory, ctypes.addressof(ctypes.c_char.from_buffer(memory)))
+        self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
+        return window
+
+    def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
+        """``struct stat``s, one after another: the template repeated, the fields that differ written a column at
+        a time."""
+        memory = bytearray(self._template * len(inos))
+        view = memoryview(memory)
+        _write_column(view, _STAT.st_ino, inos)
+        _write_column(view, _STAT.st_mode, modes)
+        _write_column(view, _STAT.st_size, sizes)
+        _write_column(view, _STAT.st_blocks, [(n + 511) >> 9 for n in sizes])
+        return memory
+
     def _listing(self, directory: Dir) -> _Listing:
-        """The directory's entries (``.`` and ``..`` first) and their ``struct stat``s, made once.
+        """The sizes of the directory's entries (``.`` and ``..`` first), made once.
 
         Listings of big directories come back again and again (``ls``, ``find``,
         every shell completion), and the kernel does not keep them (no
-        ``cache_readdir`` through libfuse 3.14's high-level API): answering
-        from these arrays costs one C call per entry. The array is the
-        template repeated, with the fields that differ written a column at a time.
+        ``cache_readdir`` through libfuse 3.14's high-level API). Sizes are
+        what is costly to make again (a sidecar's needs its text's length);
+        entries are made from the directory's plan as they are listed.
         """
         listing = self._listings.get(directory.ino)
-        if listing is not None:
+        if listing is not None and listing.directory is directory:
             return listing
-        nodes = [directory, directory.parent or directory, *self.layout.listing(directory)]
-        try:
-            sizes = [min(size, MAX_FILE_SIZE) for size in self.layout.sizes(nodes)]
-        except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
-            sizes = [self._size(node) for node in nodes]
-        modes = self._modes
-        memory = bytearray(self._template * len(nodes))
-        view = memoryview(memory)
-        _write_column(view, _STAT.st_ino, [node.ino for node in nodes])
-        _write_column(view, _STAT.st_mode, [modes[node.kind] for node in nodes])
-        _write_column(view, _STAT.st_size, sizes)
-        _write_column(view, _STAT.st_blocks, [(n + 511) >> 9 for n in sizes])
-        stats = (_STAT * len(nodes)).from_buffer(memory)
-        listing = _Listing(nodes, stats, ctypes.addressof(stats))
-        self._listed += len(nodes)
+        sizes = array.array("q", [0, 0])
+        total = self.layout.listing_length(directory)
+        for start in range(0, total, SIZES_WINDOW):
+            nodes = self.layout.listing_slice(directory, start, start + SIZES_WINDOW)
+            try:
+                found = self.layout.sizes(nodes)
+            except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
+                found = [self._size(node) for node in nodes]
+            sizes.extend([min(size, MAX_FILE_SIZE) for size in found])
+        listing = _Listing(directory, sizes)
+        self._listed += len(sizes)
         if self._listed > MAX_LISTED_ENTRIES:
             self._listings.clear()
-            self._listed = len(nodes)
+            self._listed = len(sizes)
         self._listings[directory.ino] = listing
         return listing
 
@@ -311,7 +359,8 @@ def _check_not_truncated(fd: int, pos: int, count: int) -> None:
 _COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}
 
 
-def _write_column(view: memoryview, field: Any, values: list[int]) -> None:
+def _write_column(view: memoryview, field: Any, values: list[int] | array.array[int]) -> None:
     """Writes ``values[i]`` into ``field`` (a ``struct stat`` field) of the i-th ``struct stat`` in ``view``."""
     code = _COLUMN_CODES[field.size]
-    view.cast(code)[field.offset // field.size :: _STAT_SIZE // field.size] = array.array(code, values)
+    column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
+    view.cast(code)[field.offset // field.size :: _STAT_SIZE // field.size] = column

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
-from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor
+from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor, contiguous_strides
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
 from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 
@@ -90,7 +90,7 @@ def make_tensor(
     stride_t = _dims(stride, "stride")
     if len(shape_t) != len(stride_t):
         raise _corrupt(f"tensor size {shape_t} and stride {stride_t} differ in rank")
-    offset_i = _int(offset, "storage offset")
+    offset_i = offset if type(offset) is int else _int(offset, "storage offset")
     if offset_i < 0:
         raise _corrupt(f"negative storage offset {offset_i}")
     if offset_i >= INT64_END:
@@ -98,7 +98,8 @@ def make_tensor(
     numel = math.prod(shape_t)
     if numel > MAX_ELEMENTS:
         raise _corrupt(f"tensor of size {shape_t} has more than 2**62 elements")
-    tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, bool(requires_grad), kind=kind)
+    tensor = Tensor(dtype, shape_t, stride_t, offset_i, storage, requires_grad is True or bool(requires_grad),
+                    False, kind)
     if storage is not None and numel > 0:
         last = offset_i + sum(map(operator.mul, shape_t, stride_t)) - sum(stride_t)  # Σ (n - 1)·s, every n ≥ 1
         needed = -(-(last + 1) // dtype.packing) * dtype.itemsize
@@ -111,7 +112,7 @@ def make_tensor(
 
 
 def _apply_metadata(tensor: Tensor, metadata: Any) -> Tensor:
-    if isinstance(metadata, dict):
+    if isinstance(metadata, dict) and metadata:
         tensor.conj = bool(metadata.get("conj", False))
         tensor.neg = bool(metadata.get("neg", False))
     return tensor
@@ -219,13 +220,14 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
 
 
 def _has_content(state: Any) -> bool:
-    """Whether ``state``, or a tuple it nests, holds a non-empty dict (each tuple looked at once)."""
+    """Whether ``state``, or a tuple or list it nests, holds a non-empty dict or an object (each container looked
+    at once): a ShardedTensor's state is a list of its local ``Shard`` objects, first."""
     pending, seen = [state], set()
     while pending:
         item = pending.pop()
-        if isinstance(item, dict) and item:
+        if (isinstance(item, dict) and item) or isinstance(item, PickledObject):
             return True
-        if isinstance(item, tuple) and id(item) not in seen:
+        if isinstance(item, (tuple, list)) and id(item) not in seen:
             seen.add(id(item))
             pending.extend(item)
     return False
@@ -292,9 +294,9 @@ def _rebuild_device_tensor_from_numpy(args: tuple[Any, ...]) -> Tensor:
     storage = Storage("inline", dtype, str(args[2]), numel, "pickle", size=len(array.data),
                       byteorder=byteorder, inline_data=array.data)
     if array.fortran_order:
-        stride = tuple(math.prod(array.shape[:i]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape[::-1])[::-1]
     else:
-        stride = tuple(math.prod(array.shape[i + 1 :]) for i in range(len(array.shape)))
+        stride = contiguous_strides(array.shape)
     return make_tensor(storage, 0, array.shape, stride, dtype, args[3])
 
 

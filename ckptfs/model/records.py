@@ -16,6 +16,16 @@ Trail = Any
 trail, so a walk holds O(1) memory per node however deep the tree is."""
 
 
+def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The strides, in elements, of a C-order tensor of ``shape``, as torch gives them (a dimension of size 0 or
+    less steps as one of size 1: ``torch.empty(2, 0, 3).stride() == (3, 3, 1)``)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size if type(size) is int and size > 1 else 1
+    return tuple(reversed(strides))
+
+
 def path_of(trail: Trail) -> tuple[Key, ...]:
     """The keys from the root to the end of ``trail``."""
     keys = []

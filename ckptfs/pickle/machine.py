@@ -18,6 +18,9 @@ MAX_LONG_BYTES = 1785
 """Largest LONG4 integer read: 1785 bytes stay under Python's 4300-digit int/str conversion limit."""
 
 
+MAX_CACHED_HANDLERS = 64
+
+
 def no_handler(_: Global) -> Handler | None:
     return None
 
@@ -27,7 +30,10 @@ def refuse_persistent(pid: Any) -> Any:
 
 
 class Machine:
-    """The interpreter's state (input, position, stack, MARKs, memo) and the operations opcodes share."""
+    """The interpreter's state (input, position, stack, MARKs, memo) and the operations opcodes share.
+
+    ``resolve`` must answer by the name alone: its answers are kept per name.
+    """
 
     def __init__(
         self,
@@ -50,6 +56,8 @@ class Machine:
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.proto = 0
+        self.handlers: dict[int, tuple[Global, Handler | None]] = {}
+        """``resolve``'s answers by the identity of the name asked about (held, so the identity stays its own)."""
 
     # -- reading primitives -------------------------------------------------
 
@@ -127,7 +135,14 @@ class Machine:
         if not isinstance(args, tuple):
             args = (args,) if not isinstance(args, list) else tuple(args)
         if isinstance(func, Global) and kwargs is None:
-            handler = self.resolve(func)
+            # A pickle names its few callables once and calls them through the memo: look each up once.
+            known = self.handlers.get(id(func))
+            if known is not None and known[0] is func:
+                handler = known[1]
+            else:
+                handler = self.resolve(func)
+                if len(self.handlers) < MAX_CACHED_HANDLERS:
+                    self.handlers[id(func)] = (func, handler)
             if handler is not None:
                 try:
                     return handler(args)

@@ -15,21 +15,21 @@ from ckptfs.pickle.scalars import SCALAR_OPCODES, parse_int
 from ckptfs.pickle.values import Buildable, Global, PickledObject, hashable_key
 
 
-def _set_items(target: Any, pairs: list[tuple[Any, Any]]) -> None:
+def set_items(target: Any, pairs: list[tuple[Any, Any]]) -> None:
     if isinstance(target, dict):
         for k, v in pairs:
             target[hashable_key(k)] = v
     elif isinstance(target, PickledObject):
-        target.dict_items.extend((hashable_key(k), v) for k, v in pairs)
+        target.appended_dict().extend((hashable_key(k), v) for k, v in pairs)
     else:
         raise UnpicklingError(f"SETITEM on a {type(target).__name__}, which is not a mapping")
 
 
-def _append_items(target: Any, items: list[Any]) -> None:
+def append_items(target: Any, items: list[Any]) -> None:
     if isinstance(target, list):
         target.extend(items)
     elif isinstance(target, PickledObject):
-        target.list_items.extend(items)
+        target.appended_list().extend(items)
     else:
         raise UnpicklingError(f"APPEND on a {type(target).__name__}, which is not a list")
 
@@ -121,7 +121,7 @@ def _dict(u: Machine) -> None:
     if len(items) % 2:
         raise UnpicklingError("DICT with an odd number of items")
     result: dict[Any, Any] = {}
-    _set_items(result, list(zip(items[0::2], items[1::2])))
+    set_items(result, list(zip(items[0::2], items[1::2])))
     u.push(result)
 
 
@@ -139,32 +139,32 @@ def _additems(u: Machine) -> None:
     if isinstance(target, set):
         target.update(hashable_key(v) for v in items)
     elif isinstance(target, PickledObject):
-        target.list_items.extend(items)
+        target.appended_list().extend(items)
     else:
         raise UnpicklingError(f"ADDITEMS on a {type(target).__name__}, which is not a set")
 
 
 def _append(u: Machine) -> None:
     value = u.pop()
-    _append_items(u.top(), [value])
+    append_items(u.top(), [value])
 
 
 def _appends(u: Machine) -> None:
     items = u.pop_mark()
-    _append_items(u.top(), items)
+    append_items(u.top(), items)
 
 
 def _setitem(u: Machine) -> None:
     value = u.pop()
     key = u.pop()
-    _set_items(u.top(), [(key, value)])
+    set_items(u.top(), [(key, value)])
 
 
 def _setitems(u: Machine) -> None:
     items = u.pop_mark()
     if len(items) % 2:
         raise UnpicklingError("SETITEMS with an odd number of items")
-    _set_items(u.top(), list(zip(items[0::2], items[1::2])))
+    set_items(u.top(), list(zip(items[0::2], items[1::2])))
 
 
 def _get(u: Machine) -> None:

@@ -25,26 +25,29 @@ from typing import Any
 
 from ckptfs.pickle.machine import Machine
 
-_GET = rb"h(.)|j(....)"
-_PUT = rb"q(.)|r(....)"
-_STR = rb"(?:" + _GET + rb"|X(.)\x00\x00\x00([\x20-\x7e]{0,255}?)(?:" + _PUT + rb"))"
-_CLASS = rb"(?:" + _GET + rb"|c([A-Za-z0-9_.]{1,200})\n([A-Za-z0-9_]{1,200})\n(?:" + _PUT + rb"))"
+_GET = rb"(h.|j....)"
+_PUT = rb"(q.|r....)"
+_STR = rb"(?:" + _GET + rb"|X(.)\x00\x00\x00([\x20-\x7e]{0,255}?)" + _PUT + rb")"
+_CLASS = rb"(?:" + _GET + rb"|c([A-Za-z0-9_.]{1,200})\n([A-Za-z0-9_]{1,200})\n" + _PUT + rb")"
 _INT = rb"(K.|M..|J....)"
 _INTS = rb"(?:K.|M..|J....)"
-_TUPLE = rb"(\)|" + _INTS + rb"{1,3}[\x85-\x87]|\(" + _INTS + rb"{0,64}t)(?:" + _PUT + rb")?"
+_TUPLE = rb"(\)|" + _INTS + rb"{1,3}[\x85-\x87]|\(" + _INTS + rb"{0,64}t)" + _PUT + rb"?"
 
 PATTERN = re.compile(
-    rb"\(\(" + _STR + _CLASS + _STR + _STR + _INT + rb"(N?)t(?:" + _PUT + rb")Q"
-    + _INT + _TUPLE + _TUPLE + rb"([\x88\x89])" + _CLASS + rb"\)R(?:" + _PUT + rb")t(?:" + _PUT + rb")R(?:"
-    + _PUT + rb")",
+    rb"\(\(" + _STR + _CLASS + _STR + _STR + _INT + rb"(N?)t" + _PUT + rb"Q"
+    + _INT + _TUPLE + _TUPLE + rb"([\x88\x89])" + _CLASS + rb"\)R" + _PUT + rb"t" + _PUT + rb"R" + _PUT,
     re.DOTALL,
 )
+"""Groups: each string and class is (get, …, put), each PUT or GET its whole opcode."""
 MAX_PUTS = 11
 MAX_PUSHES = 16
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
 _ABSENT = object()
+MAX_TUPLES = 4096
+_TUPLES: dict[bytes, list[int]] = {}
+"""Sizes and strides by their opcodes, read once: a checkpoint has few distinct shapes."""
 
 
 class _Fallback(Exception):
@@ -53,83 +56,85 @@ class _Fallback(Exception):
 
 def apply(u: Machine, match: re.Match[bytes]) -> bool:
     """Does what the record's opcodes do; False (nothing done) when they should run instead."""
-    stack, limits = u.stack, u.limits
+    stack, limits, memo = u.stack, u.limits, u.memo
     # Near a limit the opcodes run, so that limit errors come in their order.
     if (not stack or len(u.metastack) + 2 > limits.max_stack_depth or limits.max_stack_depth < MAX_PUSHES
-            or len(u.memo) + MAX_PUTS > limits.max_memo_entries):
+            or len(memo) + MAX_PUTS > limits.max_memo_entries):
         return False
     g = match.groups()
     undo: list[tuple[int, Any]] = []
     try:
         # Memo reads and writes in opcode order, before any call; should the opcodes have to run
         # instead after all, the memo is put back as it was.
-        tag = _string(u, g, 0, undo)
-        cls = _class(u, g, 6, undo)
-        key = _string(u, g, 12, undo)
-        location = _string(u, g, 18, undo)
-        numel = _int(g[24])
-        pid = (tag, cls, key, location, numel, None) if g[25] else (tag, cls, key, location, numel)
-        _put(u, g, 26, pid, undo)
-        size = _tuple(u, g, 29, undo)
-        stride = _tuple(u, g, 32, undo)
-        ordered_dict = _class(u, g, 36, undo)
+        tag = _string(memo, g, 0, undo)
+        cls = _class(u, g, 4, undo)
+        key = _string(memo, g, 8, undo)
+        location = _string(memo, g, 12, undo)
+        numel = _int(g[16])
+        pid = (tag, cls, key, location, numel, None) if g[17] else (tag, cls, key, location, numel)
+        _put(memo, g[18], pid, undo)
+        size = _tuple(memo, g[20], g[21], undo)
+        stride = _tuple(memo, g[22], g[23], undo)
+        ordered_dict = _class(u, g, 25, undo)
     except _Fallback:
-        for index, old in reversed(undo):
+        while undo:
+            index, old = undo.pop()
             if old is _ABSENT:
-                del u.memo[index]
+                del memo[index]
             else:
-                u.memo[index] = old
+                memo[index] = old
         return False
     storage = u.persistent_load(pid)
-    offset = _int(g[28])
-    requires_grad = g[35] == b"\x88"
+    offset = _int(g[19])
+    requires_grad = g[24] == b"\x88"
     metadata = u.call(ordered_dict, ())
-    _put(u, g, 42, metadata, None)
+    memo[_index(g[29])] = metadata
     args = (storage, offset, size, stride, requires_grad, metadata)
-    _put(u, g, 44, args, None)
-    func = stack.pop()
-    result = u.call(func, args)
-    _put(u, g, 46, result, None)
+    memo[_index(g[30])] = args
+    result = u.call(stack.pop(), args)
+    memo[_index(g[31])] = result
     stack.append(result)
     u.pos = match.end()
     return True
 
 
-def _get(u: Machine, one: bytes | None, four: bytes | None) -> Any:
-    index = one[0] if one is not None else _U32.unpack(four)[0]  # type: ignore[arg-type]
+def _index(op: bytes) -> int:
+    """The memo index of a BINPUT/BINGET (``q.``, ``h.``) or LONG_BINPUT/LONG_BINGET opcode."""
+    return op[1] if len(op) == 2 else _U32.unpack_from(op, 1)[0]
+
+
+def _get(memo: dict[int, Any], op: bytes) -> Any:
     try:
-        return u.memo[index]
+        return memo[_index(op)]
     except KeyError:
         raise _Fallback from None
 
 
-def _put(u: Machine, g: tuple[Any, ...], at: int, value: Any, undo: list[tuple[int, Any]] | None) -> None:
-    """The memo write of the PUT at group ``at``, if any (``apply`` checked there is room: no limit check)."""
-    one, four = g[at], g[at + 1]
-    if one is None and four is None:
+def _put(memo: dict[int, Any], op: bytes | None, value: Any, undo: list[tuple[int, Any]]) -> None:
+    """The memo write of a PUT opcode, if there is one (``apply`` checked there is room: no limit check)."""
+    if op is None:
         return
-    index = one[0] if one is not None else _U32.unpack(four)[0]
-    if undo is not None:
-        undo.append((index, u.memo.get(index, _ABSENT)))
-    u.memo[index] = value
+    index = _index(op)
+    undo.append((index, memo.get(index, _ABSENT)))
+    memo[index] = value
 
 
-def _string(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
-    if g[at] is not None or g[at + 1] is not None:
-        return _get(u, g[at], g[at + 1])
-    length, text = g[at + 2], g[at + 3]
+def _string(memo: dict[int, Any], g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
+    if g[at] is not None:
+        return _get(memo, g[at])
+    length, text = g[at + 1], g[at + 2]
     if length[0] != len(text):
         raise _Fallback
     value = text.decode("ascii")
-    _put(u, g, at + 4, value, undo)
+    _put(memo, g[at + 3], value, undo)
     return value
 
 
 def _class(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
-    if g[at] is not None or g[at + 1] is not None:
-        return _get(u, g[at], g[at + 1])
-    value = u.find_global(g[at + 2].decode("ascii"), g[at + 3].decode("ascii"))
-    _put(u, g, at + 4, value, undo)
+    if g[at] is not None:
+        return _get(u.memo, g[at])
+    value = u.find_global(g[at + 1].decode("ascii"), g[at + 2].decode("ascii"))
+    _put(u.memo, g[at + 3], value, undo)
     return value
 
 
@@ -142,22 +147,30 @@ def _int(raw: bytes) -> int:
     return _I32.unpack_from(raw, 1)[0]
 
 
-def _tuple(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
-    raw: bytes = g[at]
+def _tuple(memo: dict[int, Any], raw: bytes, put: bytes | None, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
+    items = _TUPLES.get(raw)
+    if items is None:
+        items = list(_parse_tuple(raw))
+        if len(_TUPLES) < MAX_TUPLES:
+            _TUPLES[raw] = items
+    value = tuple(items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
+    _put(memo, put, value, undo)
+    return value
+
+
+def _parse_tuple(raw: bytes) -> tuple[int, ...]:
     if raw == b")":
-        value: tuple[int, ...] = ()
+        return ()
+    if raw[0] == 0x28:
+        body, count = raw[1:-1], -1
     else:
-        if raw[0] == 0x28:
-            body, count = raw[1:-1], -1
-        else:
-            body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
-        if body[::2] == b"K" * (len(body) // 2) and len(body) % 2 == 0:
-            value = tuple(body[1::2])  # all BININT1: every other byte is a value
-        else:
-            value = tuple(_ints(body))
-        if count >= 0 and len(value) != count:
-            raise _Fallback
-    _put(u, g, at + 1, value, undo)
+        body, count = raw[:-1], _TUPLE_OPS[raw[-1]]
+    if body[::2] == b"K" * (len(body) // 2) and len(body) % 2 == 0:
+        value = tuple(body[1::2])  # all BININT1: every other byte is a value
+    else:
+        value = tuple(_ints(body))
+    if count >= 0 and len(value) != count:
+        raise _Fallback
     return value
 
 

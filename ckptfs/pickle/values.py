@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 
@@ -19,7 +19,7 @@ class Global:
         return f"{self.module}.{self.name}"
 
 
-@dataclass(eq=False, repr=False)
+@dataclass(eq=False, repr=False, slots=True)
 class PickledObject:
     """An inert description of an object the pickle would have constructed."""
 
@@ -30,8 +30,25 @@ class PickledObject:
     state: Any = None
     later_states: list[Any] | None = None
     """States of further ``BUILD``s (a hand-made pickle's: the first may plant a ``__setstate__``)."""
-    list_items: list[Any] = field(default_factory=list)
-    dict_items: list[tuple[Any, Any]] = field(default_factory=list)
+    list_items: list[Any] | tuple[()] = ()
+    """Items of ``APPEND``s and ``ADDITEMS`` (a list from the first one on: most objects have none)."""
+    dict_items: list[tuple[Any, Any]] | tuple[()] = ()
+
+    def appended_list(self) -> list[Any]:
+        """``list_items``, to be added to."""
+        if isinstance(self.list_items, list):
+            return self.list_items
+        made: list[Any] = []
+        self.list_items = made
+        return made
+
+    def appended_dict(self) -> list[tuple[Any, Any]]:
+        """``dict_items``, to be added to."""
+        if isinstance(self.dict_items, list):
+            return self.dict_items
+        made: list[tuple[Any, Any]] = []
+        self.dict_items = made
+        return made
 
     @property
     def class_name(self) -> str:
@@ -70,7 +87,9 @@ Resolver = Callable[[Global], Handler | None]
 
 _REPR_DEPTH = 3
 _REPR_ITEMS = 4
-_BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}")}
+_BRACKETS: dict[type, tuple[str, str]] = {
+    list: ("[", "]"), tuple: ("(", ")"), set: ("{", "}"), frozenset: ("frozenset({", "})"), dict: ("{", "}"),
+}
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

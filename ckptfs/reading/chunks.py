@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ckptfs.errors import CorruptCheckpointError, UnsupportedError
-from ckptfs.model.records import Chunk, Tensor
+from ckptfs.model.records import Chunk, Tensor, contiguous_strides
 from ckptfs.reading.storage import StorageReader
 
 ReadPart = Callable[[StorageReader, Tensor, int, int], bytes]
@@ -47,7 +47,7 @@ def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: Re
     element = np.dtype(f"V{es}")
     out = np.zeros(b - a, dtype=element)
     covered = np.zeros(b - a, dtype=bool)
-    strides = _c_strides(tensor.shape)
+    strides = contiguous_strides(tensor.shape)
     for chunk in tensor.chunks or ():
         lo, hi = elements_before(chunk, tensor.shape, a), elements_before(chunk, tensor.shape, b)
         if hi <= lo:
@@ -71,10 +71,6 @@ def _window(reader: StorageReader, tensor: Tensor, a: int, b: int, read_part: Re
     return out.tobytes()
 
 
-def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-
-
 def _run_dims(chunk: Chunk, shape: tuple[int, ...]) -> int:
     """How many leading dimensions index the chunk's runs: the box is whole along every later one but the first."""
     partial = [i for i, (size, whole) in enumerate(zip(chunk.sizes, shape)) if size != whole]
@@ -89,7 +85,7 @@ def elements_before(chunk: Chunk, shape: tuple[int, ...], position: int) -> int:
     if position >= math.prod(shape):
         return numel
     count, inner, rest = 0, numel, position
-    for size, dim, start, extent in zip(shape, _c_strides(shape), chunk.offsets, chunk.sizes):
+    for size, dim, start, extent in zip(shape, contiguous_strides(shape), chunk.offsets, chunk.sizes):
         index, rest = divmod(rest, dim)
         inner //= extent
         count += max(0, min(index, start + extent) - start) * inner

@@ -8,10 +8,9 @@ layer serves them as file-descriptor buffers and the sidecar lists them as
 
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
-from ckptfs.model.records import Chunk, Tensor
+from ckptfs.model.records import Chunk, Tensor, contiguous_strides
 from ckptfs.sources import ByteSource
 
 
@@ -44,7 +43,7 @@ def chunk_extents(tensor: Tensor, resolve: Callable[[Chunk], Tensor]) -> list[Ex
 
     ``resolve`` gives a chunk's own tensor (its blob parsed and checked)."""
     assert tensor.chunks is not None
-    strides = [math.prod(tensor.shape[i + 1:]) for i in range(len(tensor.shape))]
+    strides = contiguous_strides(tensor.shape)
     runs = sorted(((sum(map(int.__mul__, c.offsets, strides)), c) for c in tensor.chunks if c.numel),
                   key=lambda run: run[0])
     position, extents = 0, []

@@ -1,4 +1,5 @@
-"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory, a URL).
+"""Byte sources: where a checkpoint's bytes come from (a local file, bytes in memory, a URL, a file object, a file
+of an fsspec file system; a directory or URL prefix as a set of them).
 
 ``open_source`` turns what a user names into a source. Everything above this
 package reads through ``ByteSource``: a size and positioned reads.
@@ -9,15 +10,19 @@ from __future__ import annotations
 import os
 import re
 
-from ckptfs.sources.base import ByteSource, SourceStat, tail_hint
+from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint
 from ckptfs.sources.directory import DirectorySource, SourceSet
+from ckptfs.sources.file_object import FileObjectSource
+from ckptfs.sources.fsspec_source import FsspecSource
 from ckptfs.sources.local import LocalFileSource
 from ckptfs.sources.memory import BytesSource
-from ckptfs.sources.remote import RemoteOptions, open_remote
+from ckptfs.sources.prefix import PrefixSet
+from ckptfs.sources.remote import DiskCacheSetting, RemoteOptions, open_remote
 from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "DirectorySource", "LocalFileSource", "RemoteOptions", "SourceSet",
-           "SourceStat", "WindowSource", "is_url", "open_source", "tail_hint"]
+__all__ = ["ByteSource", "BytesSource", "DirectorySource", "DiskCacheSetting", "FileObjectSource", "FsspecSource",
+           "LocalFileSource", "PrefixSet", "RemoteOptions", "SourceSet", "SourceStat", "WindowSource", "hint_extents",
+           "is_url", "open_source", "tail_hint"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Protocol
+import stat
+from typing import Iterable, NamedTuple, Protocol
 
 
 class SourceStat(NamedTuple):
@@ -20,6 +21,12 @@ class SourceStat(NamedTuple):
     @classmethod
     def of(cls, st: os.stat_result) -> SourceStat:
         return cls(st.st_size, st.st_mode, st.st_uid, st.st_gid, st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
+
+    @classmethod
+    def read_only(cls, size: int, mtime_ns: int, mode: int = stat.S_IFREG | 0o444) -> SourceStat:
+        """A source with no owner of its own (an object in a store): this process's, read-only, every time the
+        object's modification time."""
+        return cls(size, mode, os.getuid(), os.getgid(), mtime_ns, mtime_ns, mtime_ns)
 
 
 class ByteSource(Protocol):
@@ -54,3 +61,17 @@ def tail_hint(source: ByteSource) -> int:
     """The source's ``tail_hint``, 0 when it declares none (any read is cheap: a local file)."""
     hint = getattr(source, TAIL_HINT, 0)
     return hint if type(hint) is int and hint > 0 else 0
+
+
+SET_EXTENTS = "set_extents"
+"""Optional method of a source, ``set_extents([(start, end), ...])``: where the checkpoint's storages lie in it,
+told once parsed. A remote source sizes its read-ahead by them (never far past the storage being read); the
+layers above know tensors, sources know only bytes, so the hint goes down this way."""
+
+
+def hint_extents(source: ByteSource, extents: Iterable[tuple[int, int]]) -> None:
+    """Tells ``source`` where its storages lie, if it takes the hint (``extents`` is not iterated otherwise:
+    a local mount of 20,000 tensors does not pay for it)."""
+    method = getattr(source, SET_EXTENTS, None)
+    if callable(method):
+        method(list(extents))

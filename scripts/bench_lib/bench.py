@@ -43,13 +43,18 @@ from typing import Any
 
 import numpy as np
 
+import scale
+import views
+from metadata_cache import NO_CACHE_HOME, run_cached
+
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
 VENV_BIN = Path(sys.executable).parent
 GiB = 1 << 30
 MiB = 1 << 20
 
-SECTIONS = ("seq", "memmap", "rand", "many")
+SECTIONS = ("seq", "memmap", "rand", "many", "cache")
+OPTIONAL_SECTIONS = ("views", "scale")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -442,7 +447,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "clist", "cpickle", "floor", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present
@@ -457,7 +462,7 @@ def render_table(res: Results) -> str:
          "floor": "floor = cpickle + clist",
          "ckptfs": "ckptfs = tensor file of ckptfs mount", "alt": "alt = ckptfs from --alt-root/--alt-env",
          "ratar": "ratar = ratarmount",
-         "torch": "torch = torch.load(+mmap) and listing"}[s] for s in present))
+         "torch": "torch = torch.load(+mmap) and listing", **views.SIDE_NOTES}[s] for s in present))
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
@@ -615,7 +620,8 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        self.make_checkpoints(big_bytes)
+        if set(a.sections) - {"scale"} or a.remote:  # the scale case makes its own checkpoint
+            self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
         # As a pip install leaves it: byte-compiled (an editable install under PYTHONDONTWRITEBYTECODE would
@@ -662,7 +668,8 @@ class Bench:
 
     # ---- mounting the sides
 
-    def ckptfs_argv(self, src: str, mnt: str, alt: bool = False) -> tuple[list[str], dict[str, str]]:
+    def ckptfs_argv(self, src: str, mnt: str, alt: bool = False,
+                    extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
         env = dict(os.environ)
         root = self.args.alt_root if alt else self.args.ckptfs_root
         if root:
@@ -673,15 +680,16 @@ class Bench:
             exe = VENV_BIN / "ckptfs"
             argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "ckptfs.cli"]
         argv += ["mount", src, mnt, *(["-f"] if self.args.mount_mode == "foreground" else []),
-                 *self.args.ckptfs_arg]
+                 *self.args.ckptfs_arg, *extra]
+        env["XDG_CACHE_HOME"] = NO_CACHE_HOME  # every mount parses; section "cache" passes --cache-dir
         for kv in self.args.ckptfs_env + (self.args.alt_env if alt else []):
             k, _, v = kv.partition("=")
             env[k] = v
         return argv, env
 
-    def mount_ckptfs(self, src: str, tag: str, alt: bool = False) -> Mount:
+    def mount_ckptfs(self, src: str, tag: str, alt: bool = False, extra: tuple[str, ...] = ()) -> Mount:
         assert self.mounts is not None
-        argv, env = self.ckptfs_argv(src, str(self.workdir / "mnt" / tag), alt)
+        argv, env = self.ckptfs_argv(src, str(self.workdir / "mnt" / tag), alt, extra)
         m = self.mounts.start(tag, argv, str(self.workdir / "mnt" / tag), env=env,
                               daemon=self.args.mount_mode == "daemon")
         if self.args.ckptfs_read_ahead_kb:  # an experiment: overrides what ckptfs set
@@ -987,6 +995,10 @@ class Bench:
             c.append(Check(f"find_{fmt}", "ckptfs", "clist", "<=", None, f"find -ls ({fmt}) / C listing of the same root"))
             c.append(Check(f"rss_{fmt}", "ckptfs", None, "<=", 80, f"daemon peak RSS ({fmt}), MiB"))
         c.append(Check("rss_big", "ckptfs", None, "<=", None, "daemon peak RSS (big tensor), MiB"))
+        if "views" in self.args.sections:
+            views.define_checks(self, Check)
+        if "scale" in self.args.sections:
+            scale.define_checks(self, sys.modules[__name__])
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1050,6 +1062,16 @@ class Bench:
                 self.res.meta["loadavg"]["after_big"] = loadavg()
             if "many" in a.sections:
                 self.run_many()
+            if "cache" in a.sections:
+                run_cached(self, log)
+            if "views" in a.sections:
+                views.run(self, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
+            if a.remote:
+                import remote
+
+                self.res.meta["remote_table"] = remote.run(self)
+            if "scale" in a.sections:
+                scale.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1068,6 +1090,8 @@ class Bench:
 
     def report(self) -> None:
         print(render_table(self.res), flush=True)
+        if "remote_table" in self.res.meta:
+            print("\n" + self.res.meta["remote_table"], flush=True)
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.res.to_json(), indent=1) + "\n")
             log(f"wrote {self.args.json}")
@@ -1086,10 +1110,11 @@ class Bench:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
             for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json", "root-entries-zip.txt",
-                         "root-entries-legacy.txt"):
+                         "root-entries-legacy.txt", "root-entries-scale.txt",
+                         *(p.name for p in self.workdir.glob("moe-*"))):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
-            for name in ("bin", "mnt"):
+            for name in ("bin", "mnt", "views", "scale-cache", "metadata-cache"):
                 shutil.rmtree(self.workdir / name, ignore_errors=True)
 
 
@@ -1105,7 +1130,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", metavar="DIR", help="where checkpoints and mounts go (default: a new /var/tmp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (a later --workdir run reuses it)")
     p.add_argument("--sections", default=",".join(SECTIONS),
-                   help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")
+                   help=f"comma-separated subset of {','.join(SECTIONS + OPTIONAL_SECTIONS)} (default: "
+                        f"{','.join(SECTIONS)})")
+    p.add_argument("--views", action="store_true",
+                   help="also measure the views (model.safetensors, .npy, /.zarr) and ckptfs diff/convert "
+                        "(section 'views'; see scripts/bench_lib/views.py)")
+    p.add_argument("--scale", action="store_true",
+                   help="add the scale section: 200,000 MoE-named tensors (--quick: 20,000), torch side by side")
+    p.add_argument("--scale-tensors", type=int, metavar="N", help="tensors in the scale section's checkpoint")
     p.add_argument("--big-mib", type=int, help="size of the big tensor in MiB (default 1024; --quick 64)")
     p.add_argument("--tensors", type=int, help="tensors in the many-tensor checkpoint (default 20000; --quick 2000)")
     p.add_argument("--preads", type=int, default=20000, help="random 4 KiB preads per run (default 20000)")
@@ -1128,11 +1160,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra argument for ckptfs mount (repeatable)")
     p.add_argument("--ckptfs-env", action="append", default=[], metavar="K=V",
                    help="environment variable for the ckptfs daemon (repeatable)")
+    p.add_argument("--remote", action="store_true",
+                   help="also mount the checkpoints as s3:// URLs over nginx on loopback, against S3 clients "
+                        "(remote.py; --sections '' for this alone)")
     p.add_argument("--allow-no-ckptfs", action="store_true",
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
-    bad = set(a.sections) - set(SECTIONS)
+    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name) and name not in a.sections]
+    bad = set(a.sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
     if a.runs < 1:

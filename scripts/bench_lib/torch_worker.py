@@ -4,6 +4,7 @@ Reads one JSON command per line on stdin and answers one JSON line on stdout:
 
   {"op": "make_big", "path": P, "nbytes": N}            one float32 tensor of N bytes
   {"op": "make_many", "path": P, "count": N, "legacy": B}  N small tensors, mixed dtypes
+  {"op": "make_moe", "path": P, "count": N}              N small tensors named like a mixture of experts
   {"op": "load", "path": P, "mmap": B}                   torch.load (weights_only) + names and shapes
   {"op": "quit"}
 """
@@ -74,6 +75,27 @@ def make_many(count: int) -> dict[str, torch.Tensor]:
     return sd
 
 
+MOE_EXPERTS = 64
+MOE_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int8]
+MOE_SHAPES = [(8, 4), (4, 8), (8,)]
+
+
+def make_moe(count: int) -> dict[str, torch.Tensor]:
+    """``model.layers.L.mlp.experts.E.wK.weight`` (K in 1..3), a router per layer, in layer order; dtypes cycle
+    through fp32/bf16/fp16/int8. Values come from a seeded generator: the file is the same at every run."""
+    gen = torch.Generator().manual_seed(2)
+    sd: dict[str, torch.Tensor] = {}
+    layer = 0
+    while len(sd) < count:
+        names = [f"model.layers.{layer}.mlp.gate.weight"] + [
+            f"model.layers.{layer}.mlp.experts.{e}.w{k}.weight" for e in range(MOE_EXPERTS) for k in (1, 2, 3)]
+        for name in names[: count - len(sd)]:
+            i = len(sd)
+            sd[name] = _tensor(MOE_DTYPES[i % len(MOE_DTYPES)], MOE_SHAPES[i % len(MOE_SHAPES)], gen)
+        layer += 1
+    return sd
+
+
 def handle(cmd: dict) -> dict:
     op = cmd["op"]
     if op == "make_big":
@@ -92,6 +114,10 @@ def handle(cmd: dict) -> dict:
             torch.save(sd, cmd["path"], _use_new_zipfile_serialization=False)
         else:
             torch.save(sd, cmd["path"])
+        return {"count": len(sd)}
+    if op == "make_moe":
+        sd = make_moe(cmd["count"])
+        torch.save(sd, cmd["path"])
         return {"count": len(sd)}
     if op == "load":
         gc.collect()

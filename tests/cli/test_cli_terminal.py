@@ -43,7 +43,8 @@ def _default_sigint() -> None:
 
 
 def start(*argv: str | Path, stderr: int, stdout: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*CLI, *map(str, argv)], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+    """The command, parsing its file each time (--no-cache): these tests watch and interrupt the parse."""
+    return subprocess.Popen([*CLI, *map(str, argv), "--no-cache"], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                             preexec_fn=_default_sigint)
 
 

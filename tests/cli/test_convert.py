@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -124,6 +126,40 @@ def test_ctrl_c_leaves_nothing(checkpoint: tuple[Path, dict[str, torch.Tensor]],
         assert main(["convert", "--to", to, str(source), str(tmp_path / "out")]) == INTERRUPTED
         assert capsys.readouterr().err == "ckptfs: interrupted\n"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]
+
+
+def test_every_way_of_copying_writes_the_same_bytes(checkpoint: tuple[Path, dict[str, torch.Tensor]],
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """copy_file_range refuses two file systems (EXDEV): then sendfile, and where that fails too, through memory;
+    a way that fails is given up for the rest of the file, and the output is the same whichever copied it."""
+    source, _ = checkpoint
+    assert main(["convert", str(source), str(tmp_path / "kernel.safetensors")]) == 0
+    expected = (tmp_path / "kernel.safetensors").read_bytes()
+    calls: dict[str, int] = {"copy_file_range": 0, "sendfile": 0}
+
+    def refused(name: str) -> Any:
+        def copy(*args: int) -> int:
+            calls[name] += 1
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        return copy
+
+    sendfile = ckptfs.cli.convert._sendfile
+    sent: list[int] = []
+
+    def counted(*args: int) -> int:
+        sent.append(sendfile(*args))
+        return sent[-1]
+
+    monkeypatch.setattr(ckptfs.cli.convert, "_copy_file_range", refused("copy_file_range"))
+    monkeypatch.setattr(ckptfs.cli.convert, "_sendfile", counted)
+    assert main(["convert", str(source), str(tmp_path / "sendfile.safetensors")]) == 0
+    assert calls == {"copy_file_range": 1, "sendfile": 0} and len(sent) > 1
+    assert 0 < sum(sent) < len(expected)  # the stored ranges; the header went through memory
+    assert (tmp_path / "sendfile.safetensors").read_bytes() == expected
+    monkeypatch.setattr(ckptfs.cli.convert, "_sendfile", refused("sendfile"))
+    assert main(["convert", str(source), str(tmp_path / "memory.safetensors")]) == 0
+    assert calls == {"copy_file_range": 2, "sendfile": 1}
+    assert (tmp_path / "memory.safetensors").read_bytes() == expected
 
 
 def test_progress_text() -> None:

@@ -143,3 +143,17 @@ def test_a_file_against_itself_or_a_hard_link_reads_no_tensor(
     for other in (path_a, tmp_path / "linked.pt"):
         status, lines, summary = diff_json(path_a, other)
         assert (status, summary["equal"], summary["tensors"], summary["bytes_read"]) == (0, 9, 9, 0)
+
+
+def test_numpy_is_imported_only_when_a_chunk_differs(tmp_path: Path) -> None:
+    """Every command line imports the diff's module: numpy (0.1-0.3 s at start) waits until a chunk differs, so
+    ``ls``, ``mount`` and a diff of equal checkpoints start without it."""
+    torch.save({"w": torch.arange(6.0)}, tmp_path / "a.pt")
+    torch.save({"w": torch.arange(6.0) + 1}, tmp_path / "b.pt")
+    probe = ("import sys; from ckptfs.cli.main import main; status = main(sys.argv[1:]); "
+             "print('numpy' in sys.modules, status, file=sys.stderr)")
+    for args, expected in ((["ls", "a.pt"], "False 0"), (["diff", "a.pt", "a.pt"], "False 0"),
+                           (["diff", "a.pt", "b.pt"], "True 1")):
+        result = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=120)
+        assert result.stderr.strip().splitlines()[-1] == expected, (args, result.stderr)

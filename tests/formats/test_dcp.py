@@ -4,6 +4,7 @@ compared with torch's own reading (``dcp_to_torch_save`` and ``dcp.load``) and w
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,21 @@ def test_listing_and_info(written: dict[str, tuple[Path, dict[str, Any]]]) -> No
         assert [t.path for t in ck.tensors] == [("model", "wide"), ("model", "cols"), ("model", "cube"),
                                                ("model", "bias")]
         assert ck.extents(ck.tensor(("model", "cols"))) is None  # split on dimension 1
+
+
+@pytest.mark.parametrize(("layout", "line"), [
+    ("sim3", r"chunks: +11 of 4 tensors, torch\.save blobs in 3 files \(\d+\.\d KiB stored\)$"),
+    ("sim3_zstd", r"chunks: +11 of 4 tensors, torch\.save blobs in 3 files \(\d+\.\d KiB stored\); 11 compressed "
+                  r"\(stream\.zstd/1\)$"),
+])
+def test_info_shows_the_chunks(written: dict[str, tuple[Path, dict[str, Any]]], layout: str, line: str) -> None:
+    """``ckptfs info`` of a DCP directory says where the tensors' data is: chunks in blobs, not storages."""
+    from ckptfs.cli.info import overview
+
+    with ckptfs.open(written[layout][0]) as ck:
+        lines = overview(ck)
+    assert "storages:   0: the tensors' data is in chunks" in lines
+    assert any(re.search(line, text) for text in lines), lines
 
 
 def test_row_shards_are_stored_extents_of_their_files(written: dict[str, tuple[Path, dict[str, Any]]]) -> None:

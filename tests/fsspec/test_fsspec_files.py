@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
 import pickle
 import random
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 import pytest
 import torch
 from corpus import CORPUS_NAMES, CorpusFile, torch_bytes
@@ -169,3 +171,16 @@ def test_a_container_holding_itself_is_walked_once(tmp_path: Path) -> None:
                             "destination": ""}
     assert fs.find("") == [".ckptfs/index.json", "0"]
     assert fs.ls("0/0/0", detail=False) == ["0/0/0/.ckptfs", "0/0/0/0"]  # the root, as through the mount
+
+
+def test_views_storage_option_chooses_the_files_beside_the_tensors(tmp_path: Path) -> None:
+    w = torch.arange(6.0)
+    torch.save({"w": w}, tmp_path / "v.pt")
+    url = f"ckpt://w.npy::file://{tmp_path / 'v.pt'}"
+    with fsspec.open(url, "rb", ckpt={"views": "npy"}) as f:
+        assert np.array_equal(np.load(io.BytesIO(f.read())), w.numpy())
+    fs = CheckpointFileSystem(fo=str(tmp_path / "v.pt"), views="npy")
+    assert fs.ls("", detail=False) == [".ckptfs", "w", "w.npy"]
+    assert CheckpointFileSystem(fo=str(tmp_path / "v.pt"), views=[]).ls("", detail=False) == [".ckptfs", "w"]
+    with pytest.raises(CkptfsError, match="unknown view 'yaml'"):
+        CheckpointFileSystem(fo=str(tmp_path / "v.pt"), views="json,yaml")

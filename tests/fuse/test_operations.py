@@ -29,21 +29,59 @@ def _checkpoint(tmp_path: Path) -> Path:
                      "c": {}}, tmp_path / "c.pt")
 
 
-def test_listings_hold_what_getattr_gives(tmp_path: Path) -> None:
+def _readdir(fs: fuse_ops.CheckpointFS, path: str, room: int = 1 << 30) -> list[tuple[str, bytes, int]]:
+    """A whole listing through ``readdir`` as the kernel asks for it: requests of ``room`` entries, each
+    resuming at the offset of the last entry taken. (name, ``struct stat``, offset) per entry."""
+    found: list[tuple[str, bytes, int]] = []
+    offset = 0
+    while True:
+        taken: list[tuple[str, bytes, int]] = []
+
+        def filler(buf: int, name: bytes, st: int, off: int, flags: int) -> int:
+            if len(taken) == room:
+                return 1
+            taken.append((name.decode(), ctypes.string_at(st, ctypes.sizeof(fuse_ops._STAT)), off))
+            return 0
+
+        callback = fuse_ops._RawFiller(filler)
+        assert fs.readdir(path.encode(), 0, ctypes.cast(callback, ctypes.c_void_p).value, offset, 0) == 0
+        if not taken:
+            return found
+        found += taken
+        offset = taken[-1][2]
+
+
+@pytest.mark.parametrize("room", [1, 3, 1000])
+def test_listings_hold_what_getattr_gives(tmp_path: Path, room: int) -> None:
     with ckptfs.open(_checkpoint(tmp_path)) as ck:
         layout = Layout(ck)
         fs = fuse_ops.CheckpointFS(ck, layout)
         for path in ("/", "/a", "/b", "/c", "/.ckptfs"):
             directory = layout.lookup(path)
             assert isinstance(directory, Dir)
-            listing = fs._listing(directory)
+            listed = _readdir(fs, path, room)
             names = [".", ".."] + [node.name for node in layout.listing(directory)]
-            assert [node.name for node in listing.nodes[2:]] == names[2:]
+            assert [name for name, _, _ in listed] == names
+            assert [offset for _, _, offset in listed] == list(range(1, len(names) + 1))
             parent = path.rpartition("/")[0] or "/"
-            for position, name in enumerate(names):
+            for name, st, _ in listed:
                 entry = path if name == "." else parent if name == ".." else f"{path.rstrip('/')}/{name}"
-                assert bytes(listing.stats[position]) == _stat_of(fs, entry), entry
-            assert fs._listing(directory) is listing
+                assert st == _stat_of(fs, entry), entry
+            assert fs._listing(directory) is fs._listing(directory)
+
+
+def test_a_big_directory_lists_in_windows(tmp_path: Path) -> None:
+    """More entries than the biggest window: every entry once, in order, with its attributes."""
+    tensors = {f"t{n}": torch.full((n % 3,), float(n)) for n in range(2 * fuse_ops.SIZES_WINDOW // 3 + 5)}
+    with ckptfs.open(save_zip(tensors, tmp_path / "big.pt")) as ck:
+        layout = Layout(ck)
+        fs = fuse_ops.CheckpointFS(ck, layout)
+        listed = _readdir(fs, "/", room=5000)
+        names = [".", ".."] + [node.name for node in layout.listing(layout.root)]
+        assert len(names) > fuse_ops.SIZES_WINDOW
+        assert [name for name, _, _ in listed] == names
+        for name, st, _ in listed[2::97]:
+            assert st == _stat_of(fs, "/" + name), name
 
 
 def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +97,7 @@ def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert isinstance(second, Dir)
         fs._listing(second)
         assert fs._listing(first) is not kept
-        assert fs._listed <= 10 + len(kept.nodes)
+        assert fs._listed <= 10 + len(kept.sizes)
 
 
 def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
@@ -68,8 +106,7 @@ def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_
     with ckptfs.open(path, Limits(max_generated_bytes=2000)) as ck:
         layout = Layout(ck)
         fs = fuse_ops.CheckpointFS(ck, layout)
-        listing = fs._listing(layout.root)
-        sizes = {node.name: listing.stats[position].st_size for position, node in enumerate(listing.nodes)}
+        sizes = {name: fuse_ops._STAT.from_buffer_copy(st).st_size for name, st, _ in _readdir(fs, "/")}
         long_name = layout.node_of(ck.tensors[1]).name
         assert sizes[long_name + ".json"] == 0
         assert sizes[long_name] == 12

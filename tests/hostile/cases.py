@@ -74,10 +74,21 @@ class Env:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A symbolic link in a directory case, to ``target``."""
+
+    target: str
+
+
+Files = dict[str, "bytes | Link"]
+"""A directory case (a torch.distributed.checkpoint directory): file name → content or link."""
+
+
+@dataclass(frozen=True)
 class Case:
     name: str
     category: str
-    build: Callable[[Env], bytes]
+    build: Callable[[Env], bytes | Files]
     error: type[CkptfsError] | None = None
     """None: the file must open."""
     reason: str = ""
@@ -91,7 +102,7 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(name: str, category: str, build: Callable[[Env], bytes], error: type[CkptfsError] | None = None,
+def case(name: str, category: str, build: Callable[[Env], bytes | Files], error: type[CkptfsError] | None = None,
          reason: str = "", check: Callable[[ckptfs.Checkpoint], None] | None = None,
          describe_reason: str = "") -> None:
     CASES.append(Case(name, category, build, error, reason, check, describe_reason))
@@ -1052,4 +1063,20 @@ case("not_random_bytes", "container", lambda env: bytes((n * 7919) % 251 for n i
 case("not_local_header_only", "container", lambda env: b"PK\x03\x04" + bytes(26), CorruptCheckpointError,
      r"no zip end-of-central-directory record")
 
-from hostile import pt2_cases  # noqa: E402,F401  (registers the .pt2 cases; they build on the helpers above)
+
+
+def write_case(path: Path, content: bytes | Files) -> Path:
+    """A case on disk: a file, or a directory of files and links."""
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+        return path
+    path.mkdir()
+    for name, data in content.items():
+        if isinstance(data, Link):
+            (path / name).symlink_to(data.target)
+        else:
+            (path / name).write_bytes(data)
+    return path
+
+
+from hostile import dcp_cases, pt2_cases  # noqa: E402,F401  (register the .pt2 and DCP cases, built on the above)

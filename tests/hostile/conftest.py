@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from mount.helpers import require_fuse
 
-from hostile.cases import CASES, Env
+from hostile.cases import CASES, Env, write_case
 from hostile.mounting import Mounts
 from hostile.seeds import SEED_NAMES, write_seeds
 
@@ -88,9 +88,7 @@ def hostile_files(tmp_path_factory: pytest.TempPathFactory, env: Env) -> dict[st
     directory = tmp_path_factory.mktemp("hostile")
     files = {}
     for case in CASES:
-        path = directory / case.name
-        path.write_bytes(case.build(env))
-        files[case.name] = path
+        files[case.name] = write_case(directory / case.name, case.build(env))
     return files
 
 

@@ -2,7 +2,9 @@
 
 Forked workers mutate real checkpoints (zip, legacy, TorchScript, re-zipped —
 written by torch in a separate process — and the hand-made corpus cases that
-open) and put each input through ``fuzz_target.exercise``. A worker runs under
+open, DCP directories among them: their ``.metadata`` and ``.distcp`` files are
+mutated, and they are read from memory) and put each input through
+``fuzz_target.exercise``. A directory input is saved as a directory ``NAME.dcp/``. A worker runs under
 RLIMIT_AS = 500 MiB. Outcomes other than success or a ``CkptfsError``:
 
 * crash   — any other exception (saved as ``crash-*.pt`` with its traceback);
@@ -32,8 +34,10 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hostile.cases import CASES, Env
+from hostile.cases import CASES, Env, Link
 from hostile.seeds import SEED_NAMES
+
+Input = bytes | dict[str, bytes]
 
 TIME_BOUND = 2.0
 STALL = 30.0
@@ -42,6 +46,9 @@ SLOT = 2 << 20
 """Shared bytes per worker: a header and the input being exercised (larger inputs are cut when saved)."""
 HEADER = struct.Struct("<QQQQ")
 """count, crashes, memory errors, length of the current input."""
+DIRECTORY_MAGIC = b"\x00ckptfs-fuzz-directory\x00"
+"""How a directory input starts in the shared slot: then, per file, its name's and data's lengths, name, data."""
+MEMBER = struct.Struct("<HI")
 MAX_HAND_MADE = 16384
 """Hand-made cases larger than this are left out of the seeds: they would slow every input made from them."""
 
@@ -63,7 +70,7 @@ class Summary:
 
 
 class Worker:
-    def __init__(self, index: int, shared: mmap.mmap, seeds: list[bytes], out: Path, seed: int) -> None:
+    def __init__(self, index: int, shared: mmap.mmap, seeds: list[Input], out: Path, seed: int) -> None:
         self.shared = shared
         self.base = index * SLOT
         HEADER.pack_into(shared, self.base, 0, 0, 0, 0)
@@ -72,7 +79,7 @@ class Worker:
         self.last_progress = time.monotonic()
         self.last_cpu = 0.0
 
-    def _start(self, seeds: list[bytes], out: Path, seed: int) -> int:
+    def _start(self, seeds: list[Input], out: Path, seed: int) -> int:
         pid = os.fork()
         if pid == 0:
             try:
@@ -85,13 +92,36 @@ class Worker:
     def header(self) -> tuple[int, int, int, int]:
         return HEADER.unpack_from(self.shared, self.base)
 
-    def current_input(self) -> bytes:
+    def current_input(self) -> Input:
         length = self.header()[3]
         start = self.base + HEADER.size
-        return bytes(self.shared[start : start + min(length, SLOT - HEADER.size)])
+        return decode_input(bytes(self.shared[start : start + min(length, SLOT - HEADER.size)]))
 
 
-def _work(shared: mmap.mmap, base: int, seeds: list[bytes], out: Path, seed: int) -> None:
+def encode_input(data: Input) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    return DIRECTORY_MAGIC + b"".join(MEMBER.pack(len(name.encode()), len(content)) + name.encode() + content
+                                      for name, content in data.items())
+
+
+def decode_input(raw: bytes) -> Input:
+    """The input ``encode_input`` stored; a directory cut short by the slot keeps its whole files (the rest
+    are lost), and raw bytes that are not a directory stay bytes."""
+    if not raw.startswith(DIRECTORY_MAGIC):
+        return raw
+    files, at = {}, len(DIRECTORY_MAGIC)
+    while at + MEMBER.size <= len(raw):
+        name_length, length = MEMBER.unpack_from(raw, at)
+        at += MEMBER.size
+        if at + name_length + length > len(raw):
+            break
+        files[raw[at : at + name_length].decode("utf-8", "replace")] = raw[at + name_length : at + name_length + length]
+        at += name_length + length
+    return files
+
+
+def _work(shared: mmap.mmap, base: int, seeds: list[Input], out: Path, seed: int) -> None:
     from hostile.fuzz_target import Mutator, exercise
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BOUND, MEMORY_BOUND))
@@ -101,9 +131,10 @@ def _work(shared: mmap.mmap, base: int, seeds: list[bytes], out: Path, seed: int
     count = crashes = memory = 0
     while True:
         data = mutate()
-        stored = data[: SLOT - HEADER.size]
+        encoded = encode_input(data)
+        stored = encoded[: SLOT - HEADER.size]
         shared[base + HEADER.size : base + HEADER.size + len(stored)] = stored
-        HEADER.pack_into(shared, base, count, crashes, memory, len(data))
+        HEADER.pack_into(shared, base, count, crashes, memory, len(encoded))
         try:
             exercise(data, rng)
         except MemoryError:
@@ -115,24 +146,40 @@ def _work(shared: mmap.mmap, base: int, seeds: list[bytes], out: Path, seed: int
         count += 1
 
 
-def _save(out: Path, kind: str, data: bytes, note: str) -> str:
-    name = f"{kind}-{hashlib.sha1(data).hexdigest()[:16]}"
-    (out / f"{name}.pt").write_bytes(data)
+def _save(out: Path, kind: str, data: Input, note: str) -> str:
+    """The input as ``NAME.pt``, or as a directory ``NAME.dcp/``, and the note as ``NAME.txt``."""
+    name = f"{kind}-{hashlib.sha1(encode_input(data)).hexdigest()[:16]}"
+    if isinstance(data, bytes):
+        (out / f"{name}.pt").write_bytes(data)
+    else:
+        directory = out / f"{name}.dcp"
+        directory.mkdir(exist_ok=True)
+        for member, content in data.items():
+            (directory / os.path.basename(member)).write_bytes(content)
     (out / f"{name}.txt").write_text(note)
     return name
 
 
-def load_seeds(seed_dir: Path, canary: Path) -> list[bytes]:
-    """The torch-written seeds (written by ``seeds.py`` in its own process if missing) and small hand-made cases."""
+def load_seeds(seed_dir: Path, canary: Path) -> list[Input]:
+    """The torch-written seeds (written by ``seeds.py`` in its own process if missing) and small hand-made cases,
+    the DCP directories among them (without their links)."""
     if not all((seed_dir / name).exists() for name in SEED_NAMES):
         subprocess.run([sys.executable, str(Path(__file__).with_name("seeds.py")), str(seed_dir)], check=True)
     torch_seeds = {name: (seed_dir / name).read_bytes() for name in SEED_NAMES}
     env = Env(canary, torch_seeds)
-    hand_made = [data for case in CASES if case.error is None and len(data := case.build(env)) <= MAX_HAND_MADE]
-    return list(torch_seeds.values()) + hand_made
+    hand_made: list[Input] = []
+    for case in CASES:
+        if case.error is not None:
+            continue
+        data = case.build(env)
+        if isinstance(data, dict):
+            data = {name: content for name, content in data.items() if not isinstance(content, Link)}
+        if len(encode_input(data)) <= MAX_HAND_MADE:  # type: ignore[arg-type]
+            hand_made.append(data)  # type: ignore[arg-type]
+    return [*torch_seeds.values(), *hand_made]
 
 
-def fuzz(seeds: list[bytes], out: Path, seconds: float, max_inputs: int | None, workers: int, seed: int,
+def fuzz(seeds: list[Input], out: Path, seconds: float, max_inputs: int | None, workers: int, seed: int,
          progress: bool) -> Summary:
     shared = mmap.mmap(-1, SLOT * workers)
     summary = Summary(workers=workers, seeds=len(seeds))
@@ -182,7 +229,7 @@ def fuzz(seeds: list[bytes], out: Path, seconds: float, max_inputs: int | None, 
     summary.inputs, summary.crashes, summary.memory = _totals(retired, pool)
     summary.seconds = time.monotonic() - start
     summary.rate = summary.inputs / summary.seconds
-    summary.saved = sorted(p.stem for p in out.glob("*.pt"))
+    summary.saved = sorted(p.stem for pattern in ("*.pt", "*.dcp") for p in out.glob(pattern))
     if progress:
         _progress(summary.seconds, summary.inputs, summary.crashes, summary.memory, summary)
         sys.stderr.write("\n")

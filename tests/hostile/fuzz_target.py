@@ -1,8 +1,9 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
 ``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
-``find -ls``, reads) do with a file. ckptfs may raise only ``CkptfsError``;
-anything else escaping ``exercise`` is a crash.
+``find -ls``, reads) do with a file, or with a directory (a torch.distributed.checkpoint
+directory, given as file name → bytes and read from memory). ckptfs may raise only
+``CkptfsError``; anything else escaping ``exercise`` is a crash.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import zlib
 import ckptfs
 from ckptfs.cli.info import description_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
-from ckptfs.errors import CkptfsError
+from ckptfs.errors import CkptfsError, SourceError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
-from ckptfs.sources import BytesSource
+from ckptfs.sources import ByteSource, BytesSource
+from hostile.fuzz_cache import ENTRY_INPUT, entry_sections, mutated_input, open_entry_input
 
 MAX_NODES = 2000
 """Layout entries visited per input (a mutated file can be large; the budget keeps the rate up)."""
@@ -30,11 +32,62 @@ READ = 256
 INTERESTING = (0, 1, 2, 7, 8, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000,
                0xFFFFFFFF, 1 << 32, (1 << 62) + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
 OPCODES = bytes(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
+DIRECTORY_SHARE = 0.15
+"""Of the inputs, the share made from directory seeds (when there are any): they are few among the seeds."""
+METADATA_SHARE = 0.6
+"""Of a directory's mutations, the share aimed at its ``.metadata`` pickle (the rest at its other files)."""
+
+Input = bytes | dict[str, bytes]
+"""A file's bytes, or a directory's files."""
 
 
-def exercise(data: bytes, rng: random.Random) -> None:
+class BytesDirectory:
+    """A directory's files held in memory, as a ``SourceSet`` (what ``DirectorySource`` is for a directory on disk)."""
+
+    def __init__(self, files: dict[str, bytes], name: str = "fuzz.dcp") -> None:
+        self.name = name
+        self._files = {member: BytesSource(data, f"{name}/{member}") for member, data in sorted(files.items())}
+        self._sizes = {member: source.size for member, source in self._files.items()}
+        self.size = sum(self._sizes.values())
+
+    def names(self) -> dict[str, int]:
+        return self._sizes
+
+    def open(self, member: str) -> ByteSource:
+        source = self._files.get(member)
+        if source is None:
+            raise SourceError(f"no file {member!r} in the directory", self.name)
+        return source
+
+    def head(self, member: str, length: int) -> bytes:
+        source = self._files.get(member)
+        return b"" if source is None else source.read(0, min(length, source.size))
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise SourceError("a directory has no bytes of its own: read its files", self.name)
+
+    def fileno(self) -> None:
+        return None
+
+    def stat(self) -> None:
+        return None
+
+    def reopen(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def exercise(data: Input, rng: random.Random) -> None:
     try:
-        with ckptfs.open(BytesSource(data, "fuzz.pt")) as ck:
+        if isinstance(data, dict):
+            opened = ckptfs.open(BytesDirectory(data))
+        elif data.startswith(ENTRY_INPUT):
+            opened = open_entry_input(data)
+        else:
+            opened = ckptfs.open(BytesSource(data, "fuzz.pt"))
+        with opened as ck:
             _describe(ck)
             _read(ck, rng)
             _mount_walk(ck)
@@ -89,16 +142,24 @@ def _read_ends(ck: ckptfs.Checkpoint, content: Content) -> None:
 
 
 class Mutator:
-    """Mutations of seed files, aimed at their pickles half of the time."""
+    """Mutations of seed files, aimed at their pickles half of the time, and of seed directories, aimed at their
+    ``.metadata`` pickle more than half of the time."""
 
-    def __init__(self, seeds: list[bytes], rng: random.Random) -> None:
-        self.seeds = seeds
+    def __init__(self, seeds: list[Input], rng: random.Random) -> None:
+        self.seeds = [s for s in seeds if isinstance(s, bytes)]
+        self.directories = [s for s in seeds if isinstance(s, dict)]
         self.rng = rng
-        self.regions = [_pickle_region(s) for s in seeds]
+        self.regions = [_pickle_region(s) for s in self.seeds]
         """Where each seed's pickle is: a zip's stored data.pkl, or the head of a legacy file."""
+        self.entries = [(sections, seed) for seed in self.seeds if (sections := entry_sections(seed)) is not None]
+        """Metadata cache entries of the seeds ckptfs caches, mutated for a tenth of the inputs."""
 
-    def __call__(self) -> bytes:
+    def __call__(self) -> Input:
         rng = self.rng
+        if self.directories and (not self.seeds or rng.random() < DIRECTORY_SHARE):
+            return self._mutate_directory(rng.choice(self.directories))
+        if self.entries and rng.random() < 0.1:
+            return mutated_input(*rng.choice(self.entries), rng)
         index = rng.randrange(len(self.seeds))
         data = bytearray(self.seeds[index])
         start, end, is_zip = self.regions[index]
@@ -117,6 +178,26 @@ class Mutator:
             lo, hi = (start, end) if focused else (0, len(data))
             self._mutate(data, lo, hi, shifting)
         return bytes(data)
+
+    def _mutate_directory(self, files: dict[str, bytes]) -> dict[str, bytes]:
+        """One file of the directory mutated (its ``.metadata`` mostly), or one file dropped or emptied."""
+        rng = self.rng
+        out = dict(files)
+        names = sorted(out)
+        roll = rng.random()
+        if roll < 0.04 and len(names) > 1:
+            del out[rng.choice(names)]
+            return out
+        if roll < 0.08:
+            out[rng.choice(names)] = b""
+            return out
+        name = ".metadata" if ".metadata" in out and rng.random() < METADATA_SHARE else rng.choice(names)
+        data = bytearray(out[name])
+        shifting = rng.random() < 0.3
+        for _ in range(rng.choice((1, 1, 2, 3, 4))):
+            self._mutate(data, 0, len(data), shifting)
+        out[name] = bytes(data)
+        return out
 
     def _mutate(self, data: bytearray, lo: int, hi: int, shifting: bool) -> None:
         rng = self.rng
@@ -147,7 +228,7 @@ class Mutator:
             data[at:at] = data[rng.randrange(lo, hi) :][: rng.randrange(1, 65)]
         elif choice == 3:
             del data[rng.randrange(at, len(data) + 1) :]
-        elif choice == 4:
+        elif choice == 4 and self.seeds:
             donor = rng.choice(self.seeds)
             cut = rng.randrange(len(donor) + 1)
             data[at:] = donor[cut : cut + rng.randrange(1, 4096)]

@@ -11,15 +11,20 @@ from mount.helpers import mount_points
 
 
 def holders(path: Path) -> list[int]:
-    """Processes holding ``path`` open."""
-    return [pid for pid, targets in _open_files() if str(path) in targets]
+    """Processes holding ``path`` open (a directory: any file in it)."""
+    return [pid for pid, targets in _open_files() if _holds(targets, path)]
+
+
+def _holds(targets: set[str], path: Path) -> bool:
+    return str(path) in targets or any(target.startswith(f"{path}/") for target in targets)
 
 
 def daemon_serving(source: Path, timeout: float = 20.0) -> int:
-    """The FUSE daemon that holds ``source`` open (other mounts may come and go meanwhile)."""
+    """The FUSE daemon that holds ``source`` (a file, or a file of a directory) open (other mounts may come and go
+    meanwhile)."""
     deadline = time.monotonic() + timeout
     while True:
-        found = [pid for pid, targets in _open_files() if "/dev/fuse" in targets and str(source) in targets]
+        found = [pid for pid, targets in _open_files() if "/dev/fuse" in targets and _holds(targets, source)]
         if len(found) == 1:
             return found[0]
         assert time.monotonic() < deadline, f"expected one daemon serving {source}, found {found}"

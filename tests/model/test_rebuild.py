@@ -55,3 +55,11 @@ def test_unknown_names_stay_inert() -> None:
     assert rebuild.resolve(Global("os", "system")) is None
     assert rebuild.resolve(Global("torch._utils", "_rebuild_anything_else")) is None
     assert rebuild.resolve(Global("collections", "OrderedDict")) is not None
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (2, 3), (2, 0, 3), (3, 0), (0, 4, 1), (1, 1, 7), (4, 5, 6, 7)])
+def test_contiguous_strides_are_torchs(shape: tuple[int, ...]) -> None:
+    torch = pytest.importorskip("torch")
+    from ckptfs.model.records import contiguous_strides
+
+    assert contiguous_strides(shape) == torch.empty(shape).stride()

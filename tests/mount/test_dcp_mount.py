@@ -63,3 +63,22 @@ def test_sidecar_and_ls(sharded: tuple[Path, dict], mounter: Mounter) -> None:
     listing = run_cli("ls", base / "plain")
     assert listing.returncode == 0 and listing.stdout.splitlines()[0].split()[:3] == ["model/big", "float32",
                                                                                       "600x500"]
+
+
+def test_a_huggingface_storage_writer_directory(tmp_path: Path, mounter: Mounter) -> None:
+    """safetensors shards and their index, as ``HuggingFaceStorageWriter`` writes them: each tensor a file whose
+    bytes ``cat`` reads as torch saved them (served from the shard's own descriptor)."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    state = {"emb": torch.randn(64, 32).bfloat16(), "lin.weight": torch.randn(16, 8), "cnt": torch.tensor([3])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, storage_writer=HuggingFaceStorageWriter(str(tmp_path / "hf"), fqn_to_index_mapping={
+            "emb": 1, "lin.weight": 2, "cnt": 2}), no_dist=True)
+    mnt = mounter(tmp_path / "hf")
+    for fqn, tensor in state.items():
+        cat = subprocess.run(["cat", str(tensor_file(mnt, (fqn,)))], capture_output=True, check=True)
+        assert cat.stdout == raw_bytes(tensor)

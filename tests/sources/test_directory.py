@@ -86,3 +86,81 @@ print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     assert result.returncode == 0, result.stderr
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert int(result.stdout) == (300 + 256 if hard == resource.RLIM_INFINITY else min(300 + 256, hard))
+
+
+def _descriptors_into(directory: Path) -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(f"{directory}/") for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+def test_open_members_are_bounded(tmp_path: Path) -> None:
+    """A directory of more files than ``max_open``: every member reads its bytes, in any order and again, with
+    at most ``max_open`` of them open; members get no fileno (a descriptor handed out could be closed later)."""
+    contents = {f"__{n}_0.distcp": bytes([n]) * (n + 1) for n in range(40)}
+    for name, data in contents.items():
+        (tmp_path / name).write_bytes(data)
+    directory = DirectorySource(tmp_path, max_open=8)
+    members = {name: directory.open(name) for name in contents}
+    for round_ in range(3):
+        for name in sorted(contents, reverse=bool(round_ % 2)):
+            assert members[name].read(0, len(contents[name])) == contents[name]
+            assert directory.open_count() <= 8 and _descriptors_into(tmp_path) <= 8
+    assert directory.open("__3_0.distcp") is members["__3_0.distcp"]
+    assert all(member.fileno() is None for member in members.values())
+    with pytest.raises(SourceError, match=r"read of 2 bytes at offset 0 is outside the file \(1 bytes\)"):
+        members["__0_0.distcp"].read(0, 2)
+    (tmp_path / "__5_0.distcp").write_bytes(b"longer now than it was")
+    with pytest.raises(SourceError, match=r"file '__5_0.distcp' changed size while being opened"):
+        for name in contents:
+            members[name].read(0, 1)
+    directory.close()
+    assert _descriptors_into(tmp_path) == 0
+
+
+def test_few_members_stay_open_with_their_descriptors(tmp_path: Path) -> None:
+    for n in range(4):
+        (tmp_path / f"f{n}").write_bytes(b"abc")
+    directory = DirectorySource(tmp_path, max_open=4)
+    sources = [directory.open(f"f{n}") for n in range(4)]
+    assert all(isinstance(source.fileno(), int) for source in sources) and _descriptors_into(tmp_path) == 4
+    directory.close()
+
+
+def test_a_checkpoint_of_more_files_than_may_stay_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DCP directory of 7 files read with room for 2 open members: every tensor's bytes are torch's."""
+    torch = pytest.importorskip("torch")
+    from dcp_writers import raw_bytes, simulate_ranks
+
+    import ckptfs
+    from ckptfs.sources import directory as directory_module
+
+    state = {"w": torch.arange(60.0).reshape(12, 5), "b": torch.arange(6, dtype=torch.int16), "step": 3}
+    simulate_ranks(state, {"w": (0, 6), "b": (0, 3)}, tmp_path / "ck", world=6)
+    monkeypatch.setattr(directory_module, "MAX_OPEN_MEMBERS", 2)
+    with ckptfs.open(tmp_path / "ck") as ck:
+        for _ in range(2):
+            for name in ("w", "b"):
+                tensor = ck.tensor((name,))
+                assert ck.read(tensor) == raw_bytes(state[name])
+                assert _descriptors_into(tmp_path / "ck") <= 2
+    assert _descriptors_into(tmp_path / "ck") == 0
+
+
+def test_links_out_of_the_directory_are_no_members(tmp_path: Path) -> None:
+    """A symbolic link is a member when it leads to a file of the directory itself, never to a file elsewhere
+    (``/etc/passwd``, a sibling directory's file, a file in a subdirectory) nor to a directory."""
+    directory = tmp_path / "ck"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "real.distcp").write_bytes(b"0123")
+    (directory / "sub" / "deep").write_bytes(b"x")
+    (tmp_path / "outside").write_bytes(b"secret")
+    for name, target in (("inside.distcp", "real.distcp"), ("passwd.distcp", "/etc/passwd"),
+                         ("up.distcp", "../outside"), ("deep.distcp", "sub/deep"), ("dir.distcp", "sub"),
+                         ("dangling.distcp", "nothing")):
+        (directory / name).symlink_to(target)
+    source = DirectorySource(directory)
+    assert source.names() == {"inside.distcp": 4, "real.distcp": 4}
+    assert source.open("inside.distcp").read(0, 4) == b"0123"
+    with pytest.raises(SourceError, match="no file 'passwd.distcp' in the directory"):
+        source.open("passwd.distcp")
+    source.close()

@@ -71,15 +71,6 @@ def test_settings_follow_the_aws_chain(tmp_path: Path, monkeypatch: pytest.Monke
     assert "s3cr3t" not in repr(Credentials("AKWORK", "s3cr3t"))
 
 
-@pytest.fixture
-def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
-    for name, value in moto_s3.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_s3
-
-
 def saved(tensors: dict[str, torch.Tensor]) -> bytes:
     buffer = io.BytesIO()
     torch.save(tensors, buffer)
@@ -102,13 +93,13 @@ def test_a_versioned_object_is_read_at_its_first_version(s3_env: MotoS3) -> None
 def test_a_replaced_object_in_a_plain_bucket_is_an_error(s3_env: MotoS3) -> None:
     client = s3_env.client
     client.create_bucket(Bucket="plain")
-    tensors = {"w": torch.arange(400_000, dtype=torch.float32)}
+    tensors = {"w": torch.arange(1_000_000, dtype=torch.float32)}
     client.put_object(Bucket="plain", Key="m.pt", Body=saved(tensors))
     with ckptfs.open("s3://plain/m.pt") as ck:
         assert ck.read(ck.tensor(("w",)), 0, 64) == tensors["w"].numpy().tobytes()[:64]
-        client.put_object(Bucket="plain", Key="m.pt", Body=saved({"w": torch.zeros(400_000)}))
+        client.put_object(Bucket="plain", Key="m.pt", Body=saved({"w": torch.zeros(1_000_000)}))
         with pytest.raises(ObjectChangedError, match=r"s3://plain/m\.pt: the object was replaced"):
-            ck.read(ck.tensor(("w",)), 0, 1_600_000)
+            ck.read(ck.tensor(("w",)), 0, 4_000_000)
 
 
 def test_missing_objects_and_buckets_are_one_line_errors(s3_env: MotoS3) -> None:

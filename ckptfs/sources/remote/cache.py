@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
+from typing import NamedTuple
 
 KiB, MiB = 1 << 10, 1 << 20
 BLOCK = 64 * KiB
@@ -98,23 +99,48 @@ class ExtentCache:
 
 class ReadAhead:
     """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
-    past the middle of its last window asks for the next one ahead of time (``prefetch``)."""
+    past the middle of its last window asks for the next one ahead of time (``prefetch``).
 
-    def __init__(self) -> None:
-        self._streams: OrderedDict[int, int] = OrderedDict()
-        """Where each stream's last fetch ended -> its window, least recently used first."""
+    Tensor-aware when told where the object's storages lie (``set_extents``): a stream's read-ahead stops at the
+    end of the storage it reads (a block past it at most) until the stream goes on into another storage; from
+    then on it reads the storages in order and its window crosses their ends. A miss before a storage (its
+    zip local header, read to check it) fetches the storage's first window with it."""
+
+    def __init__(self, block: int = BLOCK) -> None:
+        self.block = block
+        self._streams: OrderedDict[int, _Stream] = OrderedDict()
+        """Where each stream's last fetch ended -> the stream, least recently used first."""
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def set_extents(self, extents: list[tuple[int, int]]) -> None:
+        """Where the storages lie: ``(start, end)`` byte ranges; overlapping or empty ones are ignored."""
+        starts, ends = [], []
+        for start, end in sorted(extents):
+            if start < end and (not ends or start >= ends[-1]):
+                starts.append(start)
+                ends.append(end)
+        self._starts, self._ends = starts, ends
 
     def fetch_end(self, start: int, end: int, size: int) -> int:
         """Where a fetch for a miss at ``[start, end)`` should end: ``end`` and the stream's read-ahead,
         on a block boundary, within the object."""
-        window = 0
-        for stream_end, stream_window in self._streams.items():
-            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * BLOCK:
+        owner = bisect.bisect_right(self._ends, start)
+        stream = _Stream(0, owner, False)
+        for stream_end, known in self._streams.items():
+            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * self.block:
                 del self._streams[stream_end]
-                window = min(MAX_WINDOW, max(FIRST_WINDOW, stream_window * 2))
+                stream = _Stream(min(MAX_WINDOW, max(FIRST_WINDOW, known.window * 2)), owner,
+                                 known.spans or owner != known.owner)
                 break
-        fetch_end = min(size, -(-(end + window) // BLOCK) * BLOCK)
-        self._streams[fetch_end] = window
+        fetch_end = self._round(end + stream.window, size)
+        if owner < len(self._starts) and not stream.spans:
+            first = self._starts[owner]
+            if end <= first:  # before the storage: its header; its first window comes along
+                stream = stream._replace(window=max(stream.window, FIRST_WINDOW))
+                fetch_end = max(fetch_end, self._round(min(self._ends[owner], first + FIRST_WINDOW), size))
+            fetch_end = min(fetch_end, max(self._round(end, size), self._round(self._ends[owner], size)))
+        self._streams[fetch_end] = stream
         self._streams.move_to_end(fetch_end)
         while len(self._streams) > MAX_STREAMS:
             self._streams.popitem(last=False)
@@ -123,14 +149,30 @@ class ReadAhead:
     def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
         """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
         sequential stream whose last window ``end`` is past the middle of, never more than MAX_WINDOW past
-        ``end``; None if there is none."""
-        for stream_end, window in self._streams.items():
+        ``end`` nor past its storage's end unless it spans storages; None if there is none."""
+        for stream_end, stream in self._streams.items():
+            window = stream.window
             if window and stream_end - window <= end <= stream_end and stream_end - end <= window // 2:
-                if stream_end >= size:
+                limit = size
+                if not stream.spans and stream.owner < len(self._ends):
+                    limit = self._round(self._ends[stream.owner], size)
+                if stream_end >= limit:
                     return None
                 del self._streams[stream_end]
                 window = min(MAX_WINDOW, window * 2)
-                fetch_end = min(size, stream_end + window, -(-(end + MAX_WINDOW) // BLOCK) * BLOCK)
-                self._streams[fetch_end] = window
+                fetch_end = min(limit, stream_end + window, self._round(end + MAX_WINDOW, size))
+                self._streams[fetch_end] = stream._replace(window=window)
                 return (stream_end, fetch_end) if fetch_end > stream_end else None
         return None
+
+    def _round(self, position: int, size: int) -> int:
+        """``position`` rounded up to a block boundary, within the object."""
+        return min(size, -(-position // self.block) * self.block)
+
+
+class _Stream(NamedTuple):
+    window: int
+    owner: int
+    """The storage its last miss was in or before (an index into the extents; past them if none)."""
+    spans: bool
+    """Whether it went on from one storage into another: its read-ahead then crosses storages' ends."""

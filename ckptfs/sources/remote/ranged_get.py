@@ -22,11 +22,14 @@ import threading
 from typing import NamedTuple, Protocol
 
 from ckptfs.errors import ObjectChangedError
-from ckptfs.sources.remote.retry import PermanentError, RetryPolicy, TransientError
+from ckptfs.sources.remote.retry import MissingError, PermanentError, RetryPolicy, TransientError
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _ERROR_CODE = re.compile(rb"<Code>([A-Za-z0-9.]{1,64})</Code>")
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MISSING_STATUS = frozenset({403, 404})
+"""No object to read there: S3 answers 403 for a missing key to whoever may not list the bucket, a web server
+for a directory (which a URL without its trailing slash may name)."""
 MAX_REDIRECTS = 5
 ERROR_BODY_BYTES = 4096
 """An error answer is read this far, for the S3 error code it names."""
@@ -164,7 +167,7 @@ class RangedGetter:
             what = f"HTTP {status} {_phrase(status, response.reason)}{_error_detail(response)}"
             if status in TRANSIENT_STATUS:
                 raise TransientError(what)
-            raise PermanentError(what)
+            raise MissingError(what) if status in MISSING_STATUS else PermanentError(what)
         self._check_version(response, size)
         count = last - first + 1
         if view is None and (count > start or last != size - 1):

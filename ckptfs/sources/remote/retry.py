@@ -7,7 +7,7 @@ import random
 import time
 from typing import Callable
 
-from ckptfs.errors import SourceError
+from ckptfs.errors import NoSuchObjectError, SourceError
 
 log = logging.getLogger("ckptfs.sources.remote")
 log.addHandler(logging.NullHandler())  # retries go to the daemon's log; a command's own stderr stays one line
@@ -19,6 +19,10 @@ class TransientError(Exception):
 
 class PermanentError(Exception):
     """A failure another attempt would repeat: 4xx, a server ignoring ranges, a wrong Content-Range."""
+
+
+class MissingError(PermanentError):
+    """No object to read there (403, 404): a URL without its trailing slash may name a directory instead."""
 
 
 class RetryPolicy:
@@ -42,5 +46,7 @@ class RetryPolicy:
                     raise SourceError(f"{exc} (gave up after {self.attempts} attempts)", name) from None
                 log.warning("%s: %s; retrying (attempt %d of %d)", name, exc, number + 2, self.attempts)
                 time.sleep(self.delay(number))
+            except MissingError as exc:
+                raise NoSuchObjectError(str(exc), name) from None
             except PermanentError as exc:
                 raise SourceError(str(exc), name) from None

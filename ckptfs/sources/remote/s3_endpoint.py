@@ -28,16 +28,19 @@ class S3Endpoint:
             self.scheme = base.scheme
             self.host = base.hostname
             self.port = base.port or (443 if base.scheme == "https" else 80)
-            self._path = base.path.rstrip("/") + "/" + quote(bucket) + "/" + quote(key, safe="/")
+            self._bucket_path = base.path.rstrip("/") + "/" + quote(bucket)
+            self._path = self._bucket_path + "/" + quote(key, safe="/")
             default_port = self.port == (443 if base.scheme == "https" else 80)
             self._host_header = self.host if default_port else f"{self.host}:{self.port}"
         else:
             self.scheme, self.port = "https", 443
             if "." in bucket:  # a dotted bucket breaks the wildcard certificate of virtual-hosted names
                 self.host = f"s3.{self.region}.amazonaws.com"
-                self._path = "/" + quote(bucket) + "/" + quote(key, safe="/")
+                self._bucket_path = "/" + quote(bucket)
+                self._path = self._bucket_path + "/" + quote(key, safe="/")
             else:
                 self.host = f"{bucket}.s3.{self.region}.amazonaws.com"
+                self._bucket_path = "/"
                 self._path = "/" + quote(key, safe="/")
             self._host_header = self.host
 
@@ -47,6 +50,10 @@ class S3Endpoint:
     def target(self, version_id: str | None) -> str:
         query = self._query(version_id)
         return self._path + ("?" + "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items()) if query else "")
+
+    def bucket_target(self, query: dict[str, str]) -> str:
+        """The request target of a request to the object's bucket (a listing) with ``query``."""
+        return self._bucket_path + "?" + "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items())
 
     def headers(self, target: str) -> dict[str, str]:
         if self._credentials is None:

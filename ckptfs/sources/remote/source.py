@@ -5,20 +5,21 @@ are read from them without another request. A read the cache misses fetches from
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
 than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
 fetched in the background while the reader consumes the current one; a read needing bytes of a background
-fetch waits for it rather than fetching them twice.
+fetch waits for it rather than fetching them twice. Told where the checkpoint's storages lie (``set_extents``),
+read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk
+cache (``disk_cache``), fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
 from ckptfs.sources.remote.cache import BLOCK, ExtentCache, ReadAhead
+from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
 from ckptfs.sources.remote.ranged_get import RangedGetter
 
 MiB = 1 << 20
@@ -29,7 +30,8 @@ log = logging.getLogger("ckptfs.sources.remote")
 
 
 class RemoteSource:
-    def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int) -> None:
+    def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int,
+                 disk_cache: DiskCacheSetting | None = None) -> None:
         self._getter = getter
         self.name = getter.endpoint.name
         tail = getter.get_tail(tail_size)
@@ -41,7 +43,8 @@ class RemoteSource:
         self._cache.put(self.size - len(tail), tail, pinned=True)
         self.tail_hint = len(tail)
         """Opening a checkpoint reads this tail first: the suffix request above holds it (``sources.base``)."""
-        self._ahead = ReadAhead()
+        self._disk = self._disk_blocks(disk_cache)
+        self._ahead = ReadAhead(BLOCK if self._disk is None else UNIT)
         self._pool: ThreadPoolExecutor | None = None
         self._background: ThreadPoolExecutor | None = None
         self._pending: dict[int, tuple[int, Future[None]]] = {}
@@ -67,7 +70,7 @@ class RemoteSource:
             self._cache.copy_into(offset, view)
             gaps = self._cache.gaps(offset, end)
             if gaps and not large:
-                fetch_start = gaps[0][0] // BLOCK * BLOCK
+                fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
                 gaps = self._cache.gaps(fetch_start, self._ahead.fetch_end(gaps[0][0], end, self.size))
         if not gaps:
             return bytes(result)
@@ -111,7 +114,57 @@ class RemoteSource:
             with self._lock:
                 del self._pending[start]
 
+    def set_extents(self, extents: list[tuple[int, int]]) -> None:
+        """Where the object's storages lie, for tensor-aware read-ahead (``sources.base.hint_extents``)."""
+        with self._lock:
+            self._ahead.set_extents(extents)
+
+    def _disk_blocks(self, setting: DiskCacheSetting | None) -> DiskBlocks | None:
+        if setting is None:
+            return None
+        version = self._getter.version
+        assert version is not None
+        identity = object_identity(self.name, version.size, version.etag, version.version_id)
+        if identity is None:
+            log.info("%s: not cached on disk: its answers carry no strong ETag nor version id", self.name)
+            return None
+        return DiskBlocks(setting, identity, self.size)
+
     def _fetch_into(self, start: int, view: memoryview) -> None:
+        """The object's bytes from ``start``: the disk cache's blocks, GETs for the rest. A GET covers whole
+        blocks (one starting or ending next to bytes held in memory is widened) so that the disk keeps them."""
+        disk = self._disk
+        if disk is None:
+            self._get_into(start, view)
+            return
+        end = start + len(view)
+        position = start
+        runs = []
+        for index in range(start // UNIT, -(-end // UNIT)):
+            unit_start, unit_end = disk.unit_range(index)
+            data = disk.load(index)
+            if data is not None:
+                first, last = max(start, unit_start), min(end, unit_end)
+                view[first - start : last - start] = memoryview(data)[first - unit_start : last - unit_start]
+                if first > position:
+                    runs.append((position, first))
+                position = last
+        if position < end:
+            runs.append((position, end))
+        for first, last in runs:
+            whole_start, whole_end = first // UNIT * UNIT, min(self.size, -(-last // UNIT) * UNIT)
+            if (whole_start, whole_end) == (first, last):
+                whole = view[first - start : last - start]
+                self._get_into(first, whole)
+            else:
+                whole = memoryview(bytearray(whole_end - whole_start))
+                self._get_into(whole_start, whole)
+                view[first - start : last - start] = whole[first - whole_start : last - whole_start]
+            for index in range(whole_start // UNIT, -(-whole_end // UNIT)):
+                unit_start, unit_end = disk.unit_range(index)
+                disk.store(index, whole[unit_start - whole_start : unit_end - whole_start])
+
+    def _get_into(self, start: int, view: memoryview) -> None:
         """One GET, or parts of at most PART bytes fetched at once."""
         if len(view) <= PART:
             self._getter.get_into(start, view)
@@ -131,8 +184,7 @@ class RemoteSource:
 
     def stat(self) -> SourceStat:
         """A read-only regular file of the object's size, modified when the object was (Last-Modified)."""
-        mtime = self._mtime_ns
-        return SourceStat(self.size, stat.S_IFREG | 0o444, os.getuid(), os.getgid(), mtime, mtime, mtime)
+        return SourceStat.read_only(self.size, self._mtime_ns)
 
     def reopen(self) -> None:
         """In a forked process: the parent's connections and worker threads are not this process's."""

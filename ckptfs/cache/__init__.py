@@ -1,0 +1,102 @@
+"""The metadata cache: a checkpoint's parse kept on disk, so that opening it again unchanged skips the pickle.
+
+An entry is keyed by the file's identity and state (device, inode, size, modification and change times), the
+entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
+read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
+Cached: torch.save zip, TorchScript and legacy checkpoints in local files with ``MIN_TENSORS`` tensors or more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from ckptfs.cache.entry_key import FORMAT_VERSION
+from ckptfs.cache.errors import BadEntry, NotCacheable
+from ckptfs.cache.store import MetadataStore
+from ckptfs.errors import CkptfsError
+from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.gc_pause import gc_paused
+from ckptfs.limits import Limits
+from ckptfs.sources import ByteSource, LocalFileSource
+
+MIN_TENSORS = 100
+"""Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
+
+
+class MetadataCache:
+    """Entries below ``cache_dir/metadata``."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.store = MetadataStore(cache_dir)
+
+    def load(self, source: ByteSource, limits: Limits) -> ParsedCheckpoint | None:
+        """The cached parse of ``source``, or None (a miss, or a bad entry, then removed)."""
+        key = source_key(source, limits)
+        if key is None:
+            return None
+        data = self.store.read(key)
+        if data is None:
+            return None
+        from ckptfs.cache.entry_file import decode_entry  # numpy: imported when there is an entry to read
+        from ckptfs.cache.parsed_codec import decode_parsed
+
+        try:
+            with gc_paused():  # hundreds of thousands of long-lived records: nothing for the collector
+                return decode_parsed(decode_entry(key, data), source, limits)
+        except BadEntry:
+            self.store.discard(key)
+            return None
+
+    def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
+        """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
+        while it was parsed."""
+        if tensors < MIN_TENSORS:
+            return
+        from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
+        from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
+
+        if parsed.format not in CACHED_FORMATS:
+            return
+        key = source_key(source, limits)
+        if key is None:
+            return
+        try:
+            data = encode_entry(key, encode_parsed(parsed, source))
+        except NotCacheable:
+            return
+        if source_key(source, limits) == key:
+            self.store.write(key, data)
+
+    def discard(self, source: ByteSource, limits: Limits) -> None:
+        key = source_key(source, limits)
+        if key is not None:
+            self.store.discard(key)
+
+
+def open_cache(cache_dir: str | os.PathLike[str] | None) -> MetadataCache | None:
+    """The cache below ``cache_dir``; None without one, or when its folder cannot be made or is not ours (then
+    checkpoints are parsed as without a cache)."""
+    if cache_dir is None:
+        return None
+    try:
+        return MetadataCache(Path(cache_dir))
+    except CkptfsError:
+        return None
+
+
+def source_key(source: ByteSource, limits: Limits) -> str | None:
+    """What an entry is valid for: a local file as it is now; None for other sources (not cached)."""
+    if type(source) is not LocalFileSource:
+        return None
+    fd = source.fileno()
+    try:
+        st = os.fstat(fd) if fd is not None else None
+    except OSError:
+        return None
+    if st is None:
+        return None
+    return json.dumps({"entry_format": FORMAT_VERSION, "limits": dataclasses.asdict(limits),
+                       "file": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}, sort_keys=True)

@@ -1,0 +1,135 @@
+"""A parse as entry sections, and back: the object tree and its storages, and for a torch.save or TorchScript
+zip each storage's record (header offset, method, flags, compressed size), checked against the source.
+
+Zip, TorchScript and legacy (torch < 1.6) checkpoints are cached: their parse grows with the tensor count. A
+restored archive knows only the storage records, and checks each one's local header before its first read,
+as after a parse; a restored legacy file checks each storage's element count header the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ckptfs.cache.errors import BadEntry, NotCacheable
+from ckptfs.errors import CorruptCheckpointError
+from ckptfs.cache.layout import Sections, array, blob
+from ckptfs.cache.records_codec import COMPRESSED, IN_SOURCE, encode_records
+from ckptfs.cache.tree_decode import decode_tree
+from ckptfs.cache.tree_encode import TreeEncoder
+from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.formats.legacy import LegacyParsed
+from ckptfs.formats.zip_archive import DEFLATED, LOCAL_HEADER, STORED, U16, ZipArchive, ZipEntry
+from ckptfs.formats.zip_checkpoint import ZipParsed
+from ckptfs.limits import Limits
+from ckptfs.model.records import Storage
+from ckptfs.sources import ByteSource
+
+CACHED_FORMATS = ("zip", "torchscript", "legacy")
+ZIP_FIELDS = ("header_offset", "method", "flags", "compressed_size", "crc")
+DETAIL_TYPES = (str, int, bool, type(None))
+
+
+def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
+    if parsed.format not in CACHED_FORMATS or type(parsed) not in (ZipParsed, LegacyParsed):
+        raise NotCacheable(f"{parsed.format} checkpoints are not cached")
+    archive = parsed.archive if isinstance(parsed, ZipParsed) else None
+    encoder = TreeEncoder(source)
+    listed = [encoder.storage(s) for s in parsed.storages]
+    root = encoder.encode(parsed.root)
+    sections = encode_records(encoder)
+    zip_columns: dict[str, list[int]] = {f: [] for f in ZIP_FIELDS}
+    for storage in encoder.storage_list:
+        entry = None
+        if archive is not None and storage.source is not None:
+            entry = archive.entries.get(archive.prefix + storage.record)
+            if entry is None or entry.data_offset != storage.offset:
+                raise NotCacheable(f"storage {storage.key!r} has no zip record at its offset")
+        for field in ZIP_FIELDS:
+            zip_columns[field].append(-1 if entry is None else getattr(entry, field))
+    details = parsed.details
+    if any(type(k) is not str or type(v) not in DETAIL_TYPES for k, v in details.items()):
+        raise NotCacheable("format details other than strings, integers and flags")
+    meta = {"format": parsed.format, "byteorder": parsed.byteorder, "details": details, "root": int(
+        encoder.globalize([root])[0]), "prefix": archive.prefix if archive else "",
+        "cd_offset": archive.cd_offset if archive else 0}
+    return {
+        **encoder.sections(),
+        **sections,
+        **{f"zip_{f}": np.asarray(v, dtype=np.int64) for f, v in zip_columns.items()},
+        "listed_storages": np.asarray(listed, dtype=np.int64),
+        "meta": json.dumps(meta, ensure_ascii=False).encode("utf-8", "surrogatepass"),
+    }
+
+
+def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> ParsedCheckpoint:
+    try:
+        meta = json.loads(blob(sections, "meta").decode("utf-8", "surrogatepass"))
+    except (UnicodeDecodeError, ValueError):
+        raise BadEntry("entry's meta section is not JSON") from None
+    if not isinstance(meta, dict):
+        raise BadEntry("entry's meta section is not an object")
+    fmt, byteorder, details, root_ref = meta.get("format"), meta.get("byteorder"), meta.get("details"), meta.get("root")
+    prefix, cd_offset = meta.get("prefix"), meta.get("cd_offset")
+    if (fmt not in CACHED_FORMATS or byteorder not in ("little", "big") or not isinstance(details, dict)
+            or type(root_ref) is not int or not isinstance(prefix, str) or type(cd_offset) is not int
+            or not 0 <= cd_offset <= source.size):
+        raise BadEntry("entry's meta section is incomplete")
+    if any(type(v) not in DETAIL_TYPES for v in details.values()):
+        raise BadEntry("entry's format details are not strings, integers and flags")
+    root, storages, _ = decode_tree(sections, root_ref, source, limits)
+    listed = array(sections, "listed_storages")
+    if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
+        raise BadEntry("a listed storage is not in the storage table")
+    listed_storages = [storages[i] for i in listed.tolist()]
+    if fmt == "legacy":
+        return LegacyParsed(fmt, root, listed_storages, byteorder, details, source=source)
+    entries = _Entries(prefix, storages, {f: array(sections, f"zip_{f}", len(storages)) for f in ZIP_FIELDS},
+                       cd_offset, sections)
+    archive = ZipArchive.restored(source, limits, prefix, cd_offset, entries)
+    return ZipParsed(fmt, root, listed_storages, byteorder, details, archive=archive, limits=limits)
+
+
+class _Entries(dict):  # type: ignore[type-arg]
+    """The storage records by name, each ZipEntry made when first asked for (a read of its storage)."""
+
+    def __init__(self, prefix: str, storages: list[Storage], columns: dict[str, np.ndarray], cd_offset: int,
+                 sections: Sections) -> None:
+        super().__init__()
+        flags = array(sections, "storage_flags", len(storages))
+        in_source, compressed = (flags & IN_SOURCE) != 0, (flags & COMPRESSED) != 0
+        data_offset = array(sections, "storage_offset", len(storages))
+        size = array(sections, "storage_size", len(storages))
+        header, method, csize = columns["header_offset"], columns["method"], columns["compressed_size"]
+        gap = data_offset - header
+        bad = in_source & ((header < 0) | (gap < LOCAL_HEADER.size) | (gap > LOCAL_HEADER.size + 3 * U16)
+                           | (csize < 0) | (csize > cd_offset - data_offset)
+                           | ~np.isin(method, (STORED, DEFLATED)) | (compressed != (method == DEFLATED))
+                           | ((method == STORED) & (csize != size)))
+        if len(storages) and bool(np.any(bad)):
+            raise BadEntry("a storage's zip record does not fit the archive")
+        self._storages = storages
+        self._columns = {f: c.tolist() for f, c in columns.items()}
+        self._prefix = prefix
+        self._rows: dict[str, int] | None = None
+
+    def __missing__(self, name: str) -> ZipEntry:
+        if self._rows is None:
+            self._rows = {self._prefix + s.record: i for i, s in enumerate(self._storages) if s.source is not None}
+        row = self._rows.get(name)
+        if row is None:  # only an entry made to pass its digest gets here
+            raise CorruptCheckpointError(f"metadata cache entry names no zip record {name!r}")
+        storage = self._storages[row]
+        c = self._columns
+        entry = ZipEntry(name, c["method"][row], c["flags"][row], c["compressed_size"][row], storage.size,
+                         c["header_offset"][row], storage.offset, crc=c["crc"][row])
+        self[name] = entry
+        return entry
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except CorruptCheckpointError:
+            return default

@@ -1,0 +1,89 @@
+"""Where each tensor and container of a checkpoint's tree is first met, its containers' children and inode blocks.
+
+One pre-order walk, children in pickle order, like ``tree.walk``: the first place found is the path
+``Checkpoint`` gives a tensor; every later occurrence is shown as a link to it. Kept compact (a
+container's number and a position packed in one int per object): a flat state dict of 200,000 tensors
+holds 200,000 of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptfs.fs.nest import Group, nested
+from ckptfs.model.records import Key, Tensor
+from ckptfs.model.tree import children, is_container
+
+POSITION_BITS = 32
+"""A first place is ``container number << POSITION_BITS | position``: positions stay below ``max_tree_nodes``."""
+
+
+class Places:
+    """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
+
+    __slots__ = ("_nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
+
+    def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
+        """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
+        ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here."""
+        self._nest = nest
+        self._containers: list[Any] = []
+        """Containers by number (the root's parent, None, is number 0)."""
+        self._first: dict[int, int] = {}
+        """Each tensor's and container's first place, packed, by its id."""
+        self._pairs: dict[int, list[tuple[Key, Any]]] = {}
+        self._block: dict[int, int] = {}
+        self._holding_tensors: set[int] = set()
+        """The root's children with a tensor below them (at its first place)."""
+        self._walk(top, first_block, slots)
+
+    def _walk(self, top: Any, next_block: int, slots: int) -> None:
+        containers, first, kids, block = self._containers, self._first, self._pairs, self._block
+        containers.append(None)
+        # Each entry: value, its parent's number, position, the root's child it is under (None for the root).
+        stack: list[tuple[Any, int, int, Any]] = [(top, 0, 0, None)]
+        while stack:
+            value, parent, position, branch = stack.pop()
+            if id(value) in first:
+                continue
+            first[id(value)] = parent << POSITION_BITS | position
+            if not holds(value):
+                if branch is not None:
+                    self._holding_tensors.add(id(branch))
+                continue
+            number = len(containers)
+            containers.append(value)
+            pairs = value.pairs if isinstance(value, Group) else children(value)
+            if self._nest and isinstance(value, dict):
+                pairs = nested(pairs)
+            kids[id(value)] = pairs
+            block[id(value)] = next_block
+            next_block += slots * len(pairs)
+            for index in range(len(pairs) - 1, -1, -1):
+                child = pairs[index][1]
+                if (isinstance(child, Tensor) or holds(child)) and id(child) not in first:
+                    stack.append((child, number, index, child if number == 1 else branch))
+
+    def pairs(self, container: Any) -> list[tuple[Key, Any]]:
+        return self._pairs[id(container)]
+
+    def block(self, container: Any) -> int:
+        return self._block[id(container)]
+
+    def first_place(self, value: Any) -> tuple[Any, int]:
+        """The container holding a tensor or container where it is first met, and its position there."""
+        packed = self._first[id(value)]
+        return self._containers[packed >> POSITION_BITS], packed & ((1 << POSITION_BITS) - 1)
+
+    def is_first_place(self, child: Any, container: Any, position: int) -> bool:
+        holder, index = self.first_place(child)
+        return index == position and holder is container
+
+    def holds_tensors(self, top_child: Any) -> bool:
+        """Whether a child of the root has a tensor below it at its first place."""
+        return id(top_child) in self._holding_tensors
+
+
+def holds(value: Any) -> bool:
+    """A container of the tree, or a directory made by ``--nest``."""
+    return is_container(value) or isinstance(value, Group)

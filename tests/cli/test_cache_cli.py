@@ -1,0 +1,49 @@
+"""ls and info cache a checkpoint's parse by default ($XDG_CACHE_HOME/ckptfs), in --cache-dir, or not at all
+(--no-cache); the output is the same either way."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from many_tensors import save_many
+
+import ckptfs.cache
+
+CLI = [sys.executable, "-m", "ckptfs.cli"]
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_many(tmp_path_factory.mktemp("many") / "many.pt", ckptfs.cache.MIN_TENSORS + 200)
+
+
+def run(*args: str | Path, cache_home: Path) -> str:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
+    result = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    return result.stdout
+
+
+def entries(folder: Path) -> list[Path]:
+    return sorted((folder / "metadata").glob("*.ckm"))
+
+
+@pytest.mark.parametrize("command", [["ls", "--json"], ["info", "--json"], ["info"]])
+def test_output_is_the_same_from_the_cache(many: Path, tmp_path: Path, command: list[str]) -> None:
+    home = tmp_path / "xdg"
+    uncached = run(*command, "--no-cache", many, cache_home=home)
+    assert not home.exists()
+    first = run(*command, many, cache_home=home)
+    assert len(entries(home / "ckptfs")) == 1
+    again = run(*command, many, cache_home=home)
+    assert uncached == first == again
+
+
+def test_cache_dir_option(many: Path, tmp_path: Path) -> None:
+    home, chosen = tmp_path / "xdg", tmp_path / "chosen"
+    run("ls", "--cache-dir", chosen, many, cache_home=home)
+    assert len(entries(chosen)) == 1 and not home.exists()
