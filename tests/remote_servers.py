@@ -133,8 +133,15 @@ http {{
             found.append(Request(method, path, byte_range, int(status), int(sent), if_match.strip('"')))
         return found
 
-    def since(self, mark: int) -> list[Request]:
-        return self.requests()[mark:]
+    def since(self, mark: int, at_least: int = 0) -> list[Request]:
+        """The requests logged after ``mark``; with ``at_least``, waiting (up to 10 s) until that many are: nginx
+        logs a request after sending its response, so a client can have its bytes before the line is written."""
+        deadline = time.monotonic() + 10
+        found = self.requests()[mark:]
+        while len(found) < at_least and time.monotonic() < deadline:
+            time.sleep(0.01)
+            found = self.requests()[mark:]
+        return found
 
     def mark(self) -> int:
         return len(self.requests())
