@@ -37,7 +37,9 @@ def entry_sections(seed: bytes) -> Sections | None:
         return None
 
 
-def mutated_input(sections: Sections, seed: bytes, rng: random.Random) -> bytes:
+def mutate_sections(sections: Sections, rng: random.Random) -> Sections:
+    """The sections with one to three of them damaged: a value changed to an edge, an array cut or grown, a byte
+    changed or the bytes cut."""
     hostile = dict(sections)
     for _ in range(rng.choice((1, 1, 2, 3))):
         name = rng.choice(sorted(hostile))
@@ -56,7 +58,11 @@ def mutated_input(sections: Sections, seed: bytes, rng: random.Random) -> bytes:
                 raw = raw[: rng.randrange(len(raw) + 1)]
             value = bytes(raw)
         hostile[name] = value
-    entry = encode_entry(KEY, hostile)
+    return hostile
+
+
+def mutated_input(sections: Sections, seed: bytes, rng: random.Random) -> bytes:
+    entry = encode_entry(KEY, mutate_sections(sections, rng))
     if rng.random() < 0.05:
         entry = entry[: rng.randrange(len(entry))]
     return ENTRY_INPUT + struct.pack("<Q", len(entry)) + entry + seed
