@@ -30,12 +30,14 @@ The last line gives the speed-ups of ``open``, and the most any interpreter coul
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import io
 import os
 import pickle
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -187,6 +189,28 @@ def scan(data: bytes, max_memo: int, max_depth: int) -> int:
     raise ValueError("no STOP")
 
 
+def c_scanner(build_dir: Path) -> Callable[[bytes, int, int], int] | None:
+    """``prescan.c`` built with gcc and loaded with ctypes: ``scan`` in C (None without gcc)."""
+    library = build_dir / "prescan.so"
+    try:
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(HERE / "prescan.c")], check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    function = ctypes.CDLL(str(library)).prescan
+    function.restype = ctypes.c_longlong
+    function.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int64,
+                         ctypes.POINTER(ctypes.c_int64)]
+
+    def scan_in_c(data: bytes, max_memo: int, max_depth: int) -> int:
+        marks = (ctypes.c_int64 * (data.count(b"(") + 1))()
+        count = function(data, len(data), max_memo, max_depth, marks)
+        if count < 0:
+            raise ValueError("refused")
+        return count
+
+    return scan_in_c
+
+
 def data_pkl(path: Path) -> bytes:
     with zipfile.ZipFile(path) as archive:
         name = next(n for n in archive.namelist() if n.endswith("/data.pkl"))
@@ -300,6 +324,7 @@ def main() -> None:
     workdir = Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     paths = parse_cost.ensure(workdir)
+    scan_in_c = c_scanner(workdir)
     for case in a.cases.split(","):
         path, n = paths[case], parse_cost.CASES[case]
         data = data_pkl(path)
@@ -326,19 +351,25 @@ def main() -> None:
         t_floor = cpu(lambda: pickle_floor._FloorUnpickler(io.BytesIO(data)).load(), a.runs)
         opcodes = scan(data, 10_000_000, 10_000_000)
         t_scan = cpu(lambda: scan(data, 10_000_000, 10_000_000), a.runs)
+        if scan_in_c is not None:
+            assert scan_in_c(data, 10_000_000, 10_000_000) == opcodes
+        t_scan_c = cpu(lambda: scan_in_c(data, 10_000_000, 10_000_000), a.runs) if scan_in_c else float("nan")
         t_rest = t_open - t_pickle
         rows = [("open", t_open), ("  pickle", t_pickle), ("    machine", t_machine),
                 ("    storages", t_storages), ("    handlers", t_handlers),
                 ("  rest", t_rest)]
         rows += [(f"    {label}", timers.per_open(label, a.runs))
                  for label in ("zip directory", "records read", "data offsets", "collect")]
-        rows += [("C floor", t_floor), ("C+callbacks", t_open_c - t_rest), ("scan (Python)", t_scan),
-                 ("open C", t_open_c), ("open C+scan", t_open_c + t_scan)]
+        rows += [("C floor", t_floor), ("C+callbacks", t_open_c - t_rest),
+                 ("scan (Python)", t_scan), ("scan (C)", t_scan_c),
+                 ("open C", t_open_c), ("open C+scan", t_open_c + t_scan),
+                 ("open C+C scan", t_open_c + t_scan_c)]
         print(f"{case}: {n} tensors, data.pkl {len(data)} bytes, {opcodes} opcodes ({opcodes / n:.1f} per tensor); "
               f"C prototype's info --json text {'equal' if same else 'DIFFERENT'}")
         for label, seconds in rows:
             print(f"  {label:18} {seconds:7.3f} s {seconds / n * 1e6:7.2f} µs/tensor")
         print(f"  speed-up of open: C {t_open / t_open_c:.2f}x, C+scan {t_open / (t_open_c + t_scan):.2f}x, "
+              f"C+C scan {t_open / (t_open_c + t_scan_c):.2f}x, "
               f"at most {t_open / (t_rest + t_pickle - t_machine):.2f}x with an interpreter that costs nothing",
               flush=True)
 
