@@ -20,8 +20,9 @@ the median CPU time of ``--runs`` runs in this one process, the cyclic GC paused
   and whose ``persistent_load`` hands the persistent id to ckptfs' storage table; its ``info --json`` text
   is checked to equal the Python path's. It has no limits at all: a measurement, never a parser;
 - ``scan (Python)``: a pure-Python pre-scan of the opcodes (boundaries, argument lengths, memo indices,
-  stack and MARK depth; no tuple hashing bound), the least a bounded pre-scan in Python does;
-  ``open C+scan`` adds it to ``open C``.
+  stack and MARK depth; no tuple hashing bound), the least a bounded pre-scan in Python does; ``scan (C)``:
+  the same in C (``prescan.c``, built with gcc into ``--workdir``; nan without gcc); ``open C+scan`` and
+  ``open C+C scan`` add them to ``open C``.
 
 The last line gives the speed-ups of ``open``, and the most any interpreter could give: ``open`` over
 ``rest + (pickle - machine)``, the callbacks in place with an interpreter that costs nothing.
