@@ -3,7 +3,9 @@
 An entry is keyed by the file's identity and state (device, inode, size, modification and change times), the
 entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
 read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
-Cached: torch.save zip, TorchScript and legacy checkpoints in local files with ``MIN_TENSORS`` tensors or more.
+Cached: torch.save zip, TorchScript and legacy checkpoints with ``MIN_TENSORS`` tensors or more, in local files
+or in remote objects whose store names their version (ETag, generation, version id): a remote entry is keyed by
+the object's public URL (no credential, no query) and that version, so a replaced object is a miss.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource, LocalFileSource
+from ckptfs.sources import ByteSource, LocalFileSource, version_identity
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
@@ -88,9 +90,20 @@ def open_cache(cache_dir: str | os.PathLike[str] | None) -> MetadataCache | None
 
 
 def source_key(source: ByteSource, limits: Limits) -> str | None:
-    """What an entry is valid for: a local file as it is now; None for other sources (not cached)."""
-    if type(source) is not LocalFileSource:
+    """What an entry is valid for: a local file as it is now (device, inode, size, times), a remote object's
+    version pinned at open (``sources.base.version_identity``); None for other sources (not cached)."""
+    if type(source) is LocalFileSource:
+        what = _file_state(source)
+    else:
+        identity = version_identity(source)
+        what = None if identity is None else ["object", identity]
+    if what is None:
         return None
+    return json.dumps({"entry_format": FORMAT_VERSION, "limits": dataclasses.asdict(limits), "file": what},
+                      sort_keys=True)
+
+
+def _file_state(source: LocalFileSource) -> list[int] | None:
     fd = source.fileno()
     try:
         st = os.fstat(fd) if fd is not None else None
@@ -98,5 +111,4 @@ def source_key(source: ByteSource, limits: Limits) -> str | None:
         return None
     if st is None:
         return None
-    return json.dumps({"entry_format": FORMAT_VERSION, "limits": dataclasses.asdict(limits),
-                       "file": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}, sort_keys=True)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
