@@ -1,28 +1,26 @@
 """The metadata cache: a checkpoint's parse kept on disk, so that opening it again unchanged skips the pickle.
 
-An entry is keyed by the file's identity and state (device, inode, size, modification and change times), the
-entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
+An entry is keyed by the source's identity and state (a file's device, inode, size, modification and change
+times; a remote object's URL and version; a directory's and each of its files'), the entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
 read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
-Cached: torch.save zip, TorchScript and legacy checkpoints with ``MIN_TENSORS`` tensors or more, in local files
-or in remote objects whose store names their version (ETag, generation, version id): a remote entry is keyed by
-the object's public URL (no credential, no query) and that version, so a replaced object is a miss.
+Cached: torch.save zip, TorchScript, legacy checkpoints and torch.distributed.checkpoint directories with
+``MIN_TENSORS`` tensors or more, in local files or in remote objects whose store names their version (ETag,
+generation, version id): see ``source_keys`` for what each entry is keyed by.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 from pathlib import Path
 
-from ckptfs.cache.entry_key import FORMAT_VERSION
 from ckptfs.cache.errors import BadEntry, NotCacheable
+from ckptfs.cache.source_keys import source_key
 from ckptfs.cache.store import MetadataStore
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource, LocalFileSource, version_identity
+from ckptfs.sources import ByteSource
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
@@ -87,28 +85,3 @@ def open_cache(cache_dir: str | os.PathLike[str] | None) -> MetadataCache | None
         return MetadataCache(Path(cache_dir))
     except CkptfsError:
         return None
-
-
-def source_key(source: ByteSource, limits: Limits) -> str | None:
-    """What an entry is valid for: a local file as it is now (device, inode, size, times), a remote object's
-    version pinned at open (``sources.base.version_identity``); None for other sources (not cached)."""
-    if type(source) is LocalFileSource:
-        what = _file_state(source)
-    else:
-        identity = version_identity(source)
-        what = None if identity is None else ["object", identity]
-    if what is None:
-        return None
-    return json.dumps({"entry_format": FORMAT_VERSION, "limits": dataclasses.asdict(limits), "file": what},
-                      sort_keys=True)
-
-
-def _file_state(source: LocalFileSource) -> list[int] | None:
-    fd = source.fileno()
-    try:
-        st = os.fstat(fd) if fd is not None else None
-    except OSError:
-        return None
-    if st is None:
-        return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]

@@ -1,7 +1,9 @@
 """A parse as entry sections, and back: the object tree and its storages, and for a torch.save or TorchScript
 zip each storage's record (header offset, method, flags, compressed size), checked against the source.
 
-Zip, TorchScript and legacy (torch < 1.6) checkpoints are cached: their parse grows with the tensor count. A
+Zip, TorchScript, legacy (torch < 1.6) checkpoints and torch.distributed.checkpoint directories (their chunked
+tensors: ``chunks_codec``) are cached: their parse grows with the tensor count. A directory whose bytes items
+hold tensors (storages in its files) is not. A
 restored archive knows only the storage records, and checks each one's local header before its first read,
 as after a parse; a restored legacy file checks each storage's element count header the same way.
 """
@@ -19,21 +21,22 @@ from ckptfs.cache.layout import Sections, array, blob
 from ckptfs.cache.records_codec import COMPRESSED, IN_SOURCE, encode_records
 from ckptfs.cache.tree_decode import decode_tree
 from ckptfs.cache.tree_encode import TreeEncoder
+from ckptfs.formats.dcp_directory import DcpParsed
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.legacy import LegacyParsed
 from ckptfs.formats.zip_archive import DEFLATED, LOCAL_HEADER, STORED, U16, ZipArchive, ZipEntry
 from ckptfs.formats.zip_checkpoint import ZipParsed
 from ckptfs.limits import Limits
 from ckptfs.model.records import Storage
-from ckptfs.sources import ByteSource
+from ckptfs.sources import ByteSource, SourceSet
 
-CACHED_FORMATS = ("zip", "torchscript", "legacy")
+CACHED_FORMATS = ("zip", "torchscript", "legacy", "dcp")
 ZIP_FIELDS = ("header_offset", "method", "flags", "compressed_size", "crc")
 DETAIL_TYPES = (str, int, bool, type(None))
 
 
 def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
-    if parsed.format not in CACHED_FORMATS or type(parsed) not in (ZipParsed, LegacyParsed):
+    if parsed.format not in CACHED_FORMATS or type(parsed) not in (ZipParsed, LegacyParsed, DcpParsed):
         raise NotCacheable(f"{parsed.format} checkpoints are not cached")
     archive = parsed.archive if isinstance(parsed, ZipParsed) else None
     encoder = TreeEncoder(source)
@@ -50,8 +53,8 @@ def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
         for field in ZIP_FIELDS:
             zip_columns[field].append(-1 if entry is None else getattr(entry, field))
     details = parsed.details
-    if any(type(k) is not str or type(v) not in DETAIL_TYPES for k, v in details.items()):
-        raise NotCacheable("format details other than strings, integers and flags")
+    if not all(type(k) is str and _is_detail(v) for k, v in details.items()):
+        raise NotCacheable("format details other than strings, integers, flags and lists of strings")
     meta = {"format": parsed.format, "byteorder": parsed.byteorder, "details": details, "root": int(
         encoder.globalize([root])[0]), "prefix": archive.prefix if archive else "",
         "cd_offset": archive.cd_offset if archive else 0}
@@ -77,8 +80,8 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
             or type(root_ref) is not int or not isinstance(prefix, str) or type(cd_offset) is not int
             or not 0 <= cd_offset <= source.size):
         raise BadEntry("entry's meta section is incomplete")
-    if any(type(v) not in DETAIL_TYPES for v in details.values()):
-        raise BadEntry("entry's format details are not strings, integers and flags")
+    if not all(map(_is_detail, details.values())):
+        raise BadEntry("entry's format details are not strings, integers, flags and lists of strings")
     root, storages, _ = decode_tree(sections, root_ref, source, limits)
     listed = array(sections, "listed_storages")
     if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
@@ -86,10 +89,18 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
     listed_storages = [storages[i] for i in listed.tolist()]
     if fmt == "legacy":
         return LegacyParsed(fmt, root, listed_storages, byteorder, details, source=source)
+    if fmt == "dcp":
+        if not isinstance(source, SourceSet) or any(s.source is not None for s in storages):
+            raise BadEntry("a directory's entry for another source, or with storages in the source")
+        return DcpParsed(fmt, root, listed_storages, byteorder, details, directory=source, limits=limits)
     entries = _Entries(prefix, storages, {f: array(sections, f"zip_{f}", len(storages)) for f in ZIP_FIELDS},
                        cd_offset, sections)
     archive = ZipArchive.restored(source, limits, prefix, cd_offset, entries)
     return ZipParsed(fmt, root, listed_storages, byteorder, details, archive=archive, limits=limits)
+
+
+def _is_detail(value: Any) -> bool:
+    return type(value) in DETAIL_TYPES or (type(value) is list and all(type(v) is str for v in value))
 
 
 class _Entries(dict):  # type: ignore[type-arg]
