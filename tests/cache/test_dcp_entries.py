@@ -4,18 +4,25 @@ parse (tree, info, ls, index, every tensor's bytes, torch's own values); any fil
 from __future__ import annotations
 
 import os
+import random
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from dcp_writers import raw_bytes, save, simulate_ranks, simulate_ranks_without_collectives
 from remote_servers import Nginx, nginx  # noqa: F401  (fixture)
 
 import ckptfs.checkpoint
+from ckptfs.cache import source_key
+from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.errors import CkptfsError
+from ckptfs.limits import Limits
+from ckptfs.sources import DirectorySource
 
 from cache.helpers import entries
 from cache.test_cached_equals_parsed import open_twice, views
@@ -107,3 +114,63 @@ def test_an_http_prefix_is_keyed_by_its_metadata_version(nginx: Nginx, cache_dir
     with open_checkpoint(url, cache_dir=cache_dir) as ck:
         assert ck.read(ck.tensor(("model", "b"))) == raw_bytes(tensors["model"]["b"])
     assert len(entries(cache_dir)) == 2
+
+
+CHUNK_VALUES = (-1, 0, 1, 2, 3, 7, 8, 1 << 20, 1 << 40, (1 << 63) - 1, -(1 << 63))
+
+
+def test_hostile_directory_entries_with_a_matching_digest(tmp_path: Path, cache_dir: Path) -> None:
+    """Entries whose digest was made to match, their chunk columns (and the rest) changed: opening one gives
+    a checkpoint whose reads work or fail with a ckptfs error, or the entry is discarded and the parse used."""
+    path = tmp_path / "ckpt"
+    simulate_ranks(state(), {"model.w": (0, 4), "model.b": (0, 3)}, path, 4)
+    with open_checkpoint(path, cache_dir=cache_dir) as ck:
+        reference = comparable(views(ck))
+    (entry,) = entries(cache_dir)
+    good = entry.read_bytes()
+    source = DirectorySource(path)
+    key = source_key(source, Limits())
+    source.close()
+    assert key is not None
+    sections = decode_entry(key, good)
+    rng = random.Random(14)
+    chunk_sections = sorted(name for name in sections if name.startswith(("chunk_", "tensor_")))
+    outcomes = set()
+    for _ in range(300):
+        hostile = dict(sections)
+        name = rng.choice(chunk_sections if rng.random() < 0.8 else sorted(sections))
+        value = hostile[name]
+        if isinstance(value, np.ndarray):
+            value = value.copy()
+            if len(value) and rng.random() < 0.85:
+                value[rng.randrange(len(value))] = rng.choice(CHUNK_VALUES)
+            else:
+                value = value[: rng.randrange(len(value) + 1)]
+        else:
+            value = value[: rng.randrange(len(value) + 1)]
+        hostile[name] = value
+        entry.write_bytes(encode_entry(key, hostile))
+        try:
+            with open_checkpoint(path, cache_dir=cache_dir) as ck:
+                for tensor in ck.tensors:
+                    try:
+                        ck.read(tensor)
+                    except CkptfsError:
+                        outcomes.add("read refused")
+                opened = comparable(views_or_none(ck))
+        except CkptfsError:
+            outcomes.add("open refused")
+            continue
+        if not entry.exists() or entry.read_bytes() == good:
+            outcomes.add("discarded")
+            assert opened == reference
+        else:
+            outcomes.add("used")
+    assert {"discarded", "used"} <= outcomes
+
+
+def views_or_none(ck: Any) -> dict[str, Any]:
+    try:
+        return views(ck)
+    except CkptfsError:
+        return {"tree": None}
