@@ -24,6 +24,9 @@ from ckptfs.sources import ByteSource
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
+MIN_TENSORS_BY_FORMAT = {"pt2": 5000}
+"""Formats whose parse is cheaper per tensor: a ``.pt2``'s JSON configs parse at ~40 µs a tensor, and reading
+an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: see the README)."""
 
 
 class MetadataCache:
@@ -53,7 +56,7 @@ class MetadataCache:
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
-        if tensors < MIN_TENSORS:
+        if tensors < max(MIN_TENSORS, MIN_TENSORS_BY_FORMAT.get(parsed.format, 0)):
             return
         from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
         from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
