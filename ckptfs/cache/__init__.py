@@ -24,7 +24,7 @@ from ckptfs.sources import ByteSource
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
-MIN_TENSORS_BY_FORMAT = {"pt2": 5000}
+MIN_TENSORS_BY_FORMAT = {"pt2": 10_000}
 """Formats whose parse is cheaper per tensor: a ``.pt2``'s JSON configs parse at ~40 µs a tensor, and reading
 an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: see the README)."""
 
