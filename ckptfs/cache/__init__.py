@@ -1,11 +1,12 @@
 """The metadata cache: a checkpoint's parse kept on disk, so that opening it again unchanged skips the pickle.
 
 An entry is keyed by the source's identity and state (a file's device, inode, size, modification and change
-times; a remote object's URL and version; a directory's and each of its files'), the entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
-read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
-Cached: torch.save zip, TorchScript, legacy checkpoints and torch.distributed.checkpoint directories with
-``MIN_TENSORS`` tensors or more, in local files or in remote objects whose store names their version (ETag,
-generation, version id): see ``source_keys`` for what each entry is keyed by.
+times; a remote object's URL and version; a directory's and each of its files'), the entry format's version
+and the ``Limits`` in force; any change is a miss (``source_keys``). It holds flat tables (no pickle), read
+back with every size bounded and every value checked; a bad entry is removed and the checkpoint parsed.
+Cached: torch.save zip, TorchScript, legacy, ``.pt2`` checkpoints and torch.distributed.checkpoint directories
+with ``MIN_TENSORS`` tensors or more (``MIN_TENSORS_BY_FORMAT``), local or at URLs whose store names the
+object's version (ETag, generation, version id).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 zip each storage's record (header offset, method, flags, compressed size), checked against the source.
 
 Zip, TorchScript, legacy (torch < 1.6), ``.pt2`` checkpoints (their payload archives' storages, which have no
-record of their own, as flagged rows) and torch.distributed.checkpoint directories (their chunked
-tensors: ``chunks_codec``) are cached: their parse grows with the tensor count. A directory whose bytes items
-hold tensors (storages in its files) is not. A
-restored archive knows only the storage records, and checks each one's local header before its first read,
-as after a parse; a restored legacy file checks each storage's element count header the same way.
+record of their own, as flagged rows) and torch.distributed.checkpoint directories (their chunked tensors:
+``chunks_codec``) are cached: their parse grows with the tensor count. A directory whose bytes items hold
+tensors (storages in its files) is not. A restored archive knows only the storage records, and checks each
+one's local header before its first read, as after a parse; a restored legacy file checks each storage's
+element count header the same way.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ def compare(server: NginxS3, name: str, target: list[str], cache: Path, runs: in
     rows = []
     for label, results in (("no cache (parse)", parse), ("first, writes the entry", [first]),
                            ("repeat, from the entry", cached)):
-        rows.append(f"| {name} | {label} | {statistics.median(r[0] for r in results):.3f} s "
-                    f"| {statistics.median(r[1] for r in results):.0f} | {statistics.median(r[2] for r in results):,.0f} |")
+        seconds, gets, sent = (statistics.median(r[i] for r in results) for i in range(3))
+        rows.append(f"| {name} | {label} | {seconds:.3f} s | {gets:.0f} | {sent:,.0f} |")
     return rows
 
 
@@ -82,7 +82,8 @@ def main() -> None:
         try:
             save_zip(server.root / BUCKET / "many.pt", args.tensors)
             s3 = ["--endpoint-url", server.url, "--anonymous"]
-            rows = [f"| checkpoint ({args.tensors} tensors) | ckptfs ls | seconds | GETs | bytes |", "|---|---|---|---|---|"]
+            rows = [f"| checkpoint ({args.tensors} tensors) | ckptfs ls | seconds | GETs | bytes |",
+                    "|---|---|---|---|---|"]
             rows += compare(server, "zip, http://", ["ls", f"{server.url}/{BUCKET}/many.pt"], base / "c1", args.runs)
             rows += compare(server, "zip, s3:// (nginx)", ["ls", f"s3://{BUCKET}/many.pt", *s3], base / "c2", args.runs)
             if args.dcp:
