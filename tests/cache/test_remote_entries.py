@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from many_tensors import save_many
+from object_emulators import Emulator, azurite, fake_gcs, store  # noqa: F401  (fixtures)
 from remote_servers import MotoS3, Nginx, moto_s3, nginx  # noqa: F401  (fixtures)
 
 import ckptfs.cache
@@ -19,7 +20,7 @@ import ckptfs.checkpoint
 from ckptfs.cache import source_key
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.limits import Limits
-from ckptfs.sources import open_source
+from ckptfs.sources import RemoteOptions, open_source
 
 from cache.helpers import entries
 from cache.test_cached_equals_parsed import views
@@ -136,5 +137,24 @@ def test_s3_objects_hit_until_replaced(s3_env: MotoS3, cache_dir: Path, monkeypa
     assert open_cached(url, cache_dir, monkeypatch) == parsed
     client.put_object(Bucket=bucket, Key="run/m.pt", Body=saved({"w": -torch.arange(6.0), "b": torch.ones(2)}))
     with open_checkpoint(url, cache_dir=cache_dir) as ck:
+        assert ck.read(ck.tensor(("w",))) == (-torch.arange(6.0)).numpy().tobytes()
+    assert len(entries(cache_dir)) == 2
+
+
+def test_gs_and_az_objects_hit_until_replaced(store: Emulator, cache_dir: Path,  # noqa: F811
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through fsspec: keyed by the generation or ETag its ``info`` gives."""
+    options = RemoteOptions(storage_options=store.options)
+    store.fs.pipe("ckpts/cached/m.pt", saved({"w": torch.arange(6.0), "b": torch.ones(2)}))
+    url = f"{store.scheme}://ckpts/cached/m.pt"
+    with open_checkpoint(url, remote=options, cache_dir=cache_dir) as ck:
+        assert source_key(ck.source, Limits()) is not None
+        parsed = views(ck)
+    with monkeypatch.context() as patch:
+        patch.setattr(ckptfs.checkpoint, "open_parsed", no_parse)
+        with open_checkpoint(url, remote=options, cache_dir=cache_dir) as ck:
+            assert views(ck) == parsed
+    store.fs.pipe("ckpts/cached/m.pt", saved({"w": -torch.arange(6.0), "b": torch.ones(2)}))
+    with open_checkpoint(url, remote=options, cache_dir=cache_dir) as ck:
         assert ck.read(ck.tensor(("w",))) == (-torch.arange(6.0)).numpy().tobytes()
     assert len(entries(cache_dir)) == 2
