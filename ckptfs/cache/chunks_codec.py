@@ -48,55 +48,86 @@ REFERENCE_COLUMNS = ("chunk_file", "chunk_transforms")
 
 
 def attach_chunks(sections: Sections, objs: list[Any], tensors: list[Tensor], source: Any) -> None:
-    """Gives each chunked tensor of the entry its chunks, every one checked; BadEntry otherwise."""
+    """Gives each chunked tensor of the entry its chunks, every one checked; BadEntry otherwise. The checks of
+    every box run on whole columns (a directory of 20,000 tensors has as many chunks)."""
     counts = array(sections, "tensor_chunks", len(tensors))
-    chunked = np.nonzero(counts >= 0)[0].tolist()
-    if not chunked:
+    chunked = np.nonzero(counts >= 0)[0]
+    if not len(chunked):
         if len(array(sections, "chunk_file")):
             raise BadEntry("chunks without a chunked tensor")
         return
-    if not isinstance(source, SourceSet) or int(counts.min()) < -1:
-        raise BadEntry("chunked tensors outside a directory, or a bad chunk count")
-    total = int(counts[counts > 0].sum())
+    total = len(array(sections, "chunk_start"))
+    if not isinstance(source, SourceSet) or int(counts.min()) < -1 or int(counts.max()) > total \
+            or int(counts[chunked].sum()) != total:
+        raise BadEntry("chunked tensors outside a directory, or chunk counts other than the chunks")
+    owner = np.repeat(chunked, counts[chunked])
+    """The tensor each chunk belongs to, in chunk order."""
     files, transforms = (_strings(objs, array(sections, name, total)) for name in REFERENCE_COLUMNS)
-    starts, lengths = (array(sections, name, total).tolist() for name in ("chunk_start", "chunk_length"))
-    if total and (min(starts) < 0 or min(lengths) < 0):
-        raise BadEntry("a chunk at a negative offset or of negative length")
-    ranks = [len(tensors[i].shape) for i in chunked for _ in range(int(counts[i]))]
-    dims = array(sections, "chunk_dims", 2 * sum(ranks)).tolist()
-    at = position = 0
-    for index in chunked:
+    starts, lengths = (array(sections, name, total) for name in ("chunk_start", "chunk_length"))
+    ndim = array(sections, "tensor_ndim", len(tensors))
+    ranks = ndim[owner]
+    dims = array(sections, "chunk_dims", 2 * int(ranks.sum()))
+    _check_boxes(dims, ranks, owner, ndim, array(sections, "tensor_dims"))
+    _check_ranges(files, starts, lengths, source)
+    cuts = np.cumsum(2 * ranks).tolist()
+    dim_list, rank_list = dims.tolist(), ranks.tolist()
+    boxes = [(tuple(dim_list[end - 2 * r : end - r]), tuple(dim_list[end - r : end]))
+             for end, r in zip(cuts, rank_list)]
+    chunks = list(map(Chunk, (b[0] for b in boxes), (b[1] for b in boxes), files, starts.tolist(), lengths.tolist(),
+                      (tuple(t.split(SEPARATOR)) if t else () for t in transforms)))
+    at = 0
+    for index, count in zip(chunked.tolist(), counts[chunked].tolist()):
         tensor = tensors[index]
-        rank, chunks = len(tensor.shape), []
-        for _ in range(int(counts[index])):
-            offsets, sizes = tuple(dims[position : position + rank]), tuple(dims[position + rank : position + 2 * rank])
-            position += 2 * rank
-            if any(o < 0 or s < 0 or o + s > n for o, s, n in zip(offsets, sizes, tensor.shape)):
-                raise BadEntry("a chunk's box lies outside its tensor")
-            chunks.append(Chunk(offsets, sizes, files[at], starts[at], lengths[at],
-                                tuple(transforms[at].split(SEPARATOR)) if transforms[at] else ()))
-            at += 1
-        _check_tensor(tensor, chunks, source)
-        tensor.chunks = chunks
+        tensor.chunks = chunks[at : at + count]
+        at += count
+        _check_tensor(tensor)
 
 
-def _check_tensor(tensor: Tensor, chunks: list[Chunk], directory: SourceSet) -> None:
+def _check_boxes(dims: np.ndarray, ranks: np.ndarray, owner: np.ndarray, ndim: np.ndarray,
+                 tensor_dims: np.ndarray) -> None:
+    """Every box inside its tensor: ``0 <= offset``, ``0 <= size`` and ``offset + size <= dim`` for each
+    dimension (``dims`` holds each chunk's offsets then sizes; ``tensor_dims`` each tensor's shape then stride,
+    its bounds checked by ``records_codec``)."""
+    if not len(dims):
+        return
+    chunk_of = np.repeat(np.arange(len(ranks)), ranks)
+    within = np.arange(len(chunk_of)) - np.repeat(np.cumsum(ranks) - ranks, ranks)
+    box_start = (np.cumsum(2 * ranks) - 2 * ranks)[chunk_of]
+    tensor_start = (np.cumsum(2 * ndim) - 2 * ndim)[owner[chunk_of]]
+    offsets, sizes = dims[box_start + within], dims[box_start + ranks[chunk_of] + within]
+    whole = tensor_dims[tensor_start + within]
+    if bool(np.any((offsets < 0) | (sizes < 0) | (offsets > whole) | (sizes > whole - offsets))):
+        raise BadEntry("a chunk's box lies outside its tensor")
+
+
+def _check_ranges(files: list[str], starts: np.ndarray, lengths: np.ndarray, directory: SourceSet) -> None:
+    """Each chunk's blob a range of a file of the directory (within it where its size is known)."""
+    if len(starts) and (int(starts.min()) < 0 or int(lengths.min()) < 0):
+        raise BadEntry("a chunk at a negative offset or of negative length")
+    sizes = {}
+    for name in set(files):
+        try:
+            size = directory.member_size(name)
+        except (NoSuchObjectError, SourceError):
+            raise BadEntry("a chunk is stored in a file that is not in the directory") from None
+        sizes[name] = -1 if size is None else size
+    room = np.asarray([sizes[name] for name in files], dtype=np.int64)
+    if bool(np.any((room >= 0) & ((starts > room) | (lengths > room - starts)))):
+        raise BadEntry("a chunk lies past the end of its file")
+
+
+def _check_tensor(tensor: Tensor) -> None:
+    chunks = tensor.chunks
+    assert chunks is not None
     if tensor.storage is not None or tensor.storage_offset or tensor.stride != contiguous_strides(tensor.shape):
         raise BadEntry("a chunked tensor has a storage or strides of its own")
     if sum(math.prod(c.sizes) for c in chunks) != math.prod(tensor.shape):
         raise BadEntry("a chunked tensor's boxes do not hold its elements")
-    if len(chunks) <= OVERLAP_CHECKED_CHUNKS:
+    if 1 < len(chunks) <= OVERLAP_CHECKED_CHUNKS:
         try:
             check_disjoint("", chunks)  # type: ignore[arg-type]
         except CorruptCheckpointError:
             raise BadEntry("a chunked tensor's boxes overlap") from None
-    for chunk in chunks:
-        try:
-            size = directory.member_size(chunk.file)
-        except (NoSuchObjectError, SourceError):
-            raise BadEntry("a chunk is stored in a file that is not in the directory") from None
-        if size is not None and chunk.start + chunk.length > size:
-            raise BadEntry("a chunk lies past the end of its file")
 
 
 def _strings(objs: list[Any], refs: np.ndarray) -> list[str]:
