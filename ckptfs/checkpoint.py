@@ -164,8 +164,8 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
                     remote: RemoteOptions = RemoteOptions(),
                     cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
-    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse of a local file is kept there and
-    an unchanged file's next open reads it instead of the pickle (``ckptfs.cache``)."""
+    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
+    the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``)."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):

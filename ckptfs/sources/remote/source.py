@@ -179,6 +179,18 @@ class RemoteSource:
         for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
             future.result()
 
+    @property
+    def identity(self) -> str | None:
+        """What names the version pinned at open (endpoint, public URL, size, ETag, version id, Last-Modified),
+        never a credential; None when its answers cannot tell versions apart (no strong ETag nor version id)."""
+        version = self._getter.version
+        assert version is not None
+        endpoint = self._getter.endpoint
+        identity = object_identity(self.name, version.size, version.etag, version.version_id)
+        if identity is None:
+            return None
+        return f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}\n{identity}\n{version.mtime_ns or 0}"
+
     def fileno(self) -> int | None:
         return None
 
