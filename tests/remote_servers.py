@@ -307,7 +307,8 @@ class Radosgw:
 
     ACCESS_KEY, SECRET_KEY = "AKCKPTFSTEST", "ckptfs-test-secret"
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, memory: int = 1 << 30) -> None:
+        """``memory``: bytes the in-memory OSD holds (the benchmark's 1 GiB checkpoint needs more)."""
         self.base = base
         self.url = f"http://127.0.0.1:{free_port()}"
         mon_port = free_port()
@@ -324,7 +325,7 @@ auth client required = none
 auth allow insecure global id reclaim = true
 keyring = {base}/keyring
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = {memory}
 osd pool default size = 1
 osd pool default min size = 1
 mon allow pool size one = true
