@@ -27,7 +27,7 @@ class NginxStore:
     name = "nginx"
 
     def __init__(self, base: Path) -> None:
-        base.mkdir(parents=True, exist_ok=True)
+        fresh(base)
         self.server = Nginx(base)
         (self.server.root / BUCKET).mkdir()
         self.url = self.server.url
@@ -67,7 +67,7 @@ class RadosgwStore:
     name = "radosgw"
 
     def __init__(self, base: Path) -> None:
-        base.mkdir(parents=True, exist_ok=True)
+        fresh(base)
         self.server = Radosgw(base, memory=RADOSGW_MEMORY)
         self.server.client.create_bucket(Bucket=BUCKET)
         self.url = self.server.url
@@ -92,6 +92,12 @@ class RadosgwStore:
 
     def close(self) -> None:
         self.server.close()
+
+
+def fresh(base: Path) -> None:
+    """An empty ``base`` (a kept work directory holds the last run's server files)."""
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
 
 
 def missing_radosgw() -> list[str]:
