@@ -81,3 +81,22 @@ def test_a_hit_past_the_middle_of_a_window_prefetches_the_next() -> None:
     random = ReadAhead()
     block_end = random.fetch_end(10 * MiB, 10 * MiB + 4096, size)
     assert random.prefetch(block_end, size) is None  # a lone read is no stream
+
+
+def test_a_stream_read_out_of_order_still_reads_ahead() -> None:
+    """The kernel's read-ahead sends 1 MiB requests that may come out of order: each pair's second MiB first."""
+    ahead, size = ReadAhead(), 1 << 40
+    fetched = bytearray(64 * MiB // BLOCK + 1024)  # one flag a block
+    misses = 0
+    for pair in range(0, 64 * MiB, 2 * MiB):
+        for at in (pair + MiB, pair):
+            blocks = range(at // BLOCK, (at + MiB) // BLOCK)
+            missing = [b for b in blocks if not fetched[b]]
+            if missing:
+                misses += 1
+                fetch = (missing[0] * BLOCK, ahead.fetch_end(missing[0] * BLOCK, at + MiB, size))
+            else:
+                fetch = ahead.prefetch(at + MiB, size) or (0, 0)
+            for block in range(fetch[0] // BLOCK, fetch[1] // BLOCK):
+                fetched[block] = 1
+    assert misses <= 8, misses  # in order, with windows doubling to MAX_WINDOW; not one GET a request

@@ -19,9 +19,9 @@ FIRST_WINDOW = 256 * KiB
 """Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
 MAX_WINDOW = 16 * MiB
 """The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
-STREAM_SLACK = 1 * MiB
-"""A miss this far before where a stream's last fetch ended, or two blocks after, continues the stream (the
-kernel's read-ahead, up to 1 MiB, may come out of order)."""
+STREAM_SLACK = 2 * MiB
+"""A miss this far before or after where a stream's last fetch ended continues the stream: the kernel's
+read-ahead sends requests of up to 1 MiB that may come out of order (the second MiB asked before the first)."""
 PREFETCH_STEP = 4 * MiB
 """A stream at its largest window keeps MAX_WINDOW fetched or in flight ahead of its reader, topped up in parts of
 at least this much as the reader advances: several GETs at once, each on its own connection."""
@@ -178,13 +178,15 @@ class ReadAhead:
         on a block boundary, within the object."""
         owner = bisect.bisect_right(self._ends, start)
         stream = _Stream(0, owner, False)
+        ahead_of = end
         for stream_end, known in self._streams.items():
-            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * self.block:
+            if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
                 del self._streams[stream_end]
                 stream = _Stream(min(MAX_WINDOW, max(FIRST_WINDOW, known.window * 2)), owner,
                                  known.spans or owner != known.owner)
+                ahead_of = max(end, stream_end)  # a miss behind the stream's end (out of order) extends it too
                 break
-        fetch_end = self._round(end + stream.window, size)
+        fetch_end = self._round(min(ahead_of + stream.window, end + MAX_WINDOW), size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
             if end <= first:  # before the storage: its header; its first window comes along
