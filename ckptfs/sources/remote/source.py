@@ -6,9 +6,10 @@ where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in 
 than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
 fetched in the background while the reader consumes the current one, and at full size its lead is topped up
 in parts by several GETs at once (``cache.PREFETCH_STEP``); a read needing bytes of a background fetch waits for
-it rather than fetching them twice. Fetches go into buffers reused once evicted (``cache.BufferPool``). Told where the checkpoint's storages lie (``set_extents``),
-read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk
-cache (``disk_cache``), fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
+it rather than fetching them twice. Fetches go into buffers reused once evicted (``cache.BufferPool``). Told
+where the checkpoint's storages lie (``set_extents``), read-ahead stops at a storage's end until the reader goes
+on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``), fetches are whole 1 MiB blocks, read
+from disk when a checked copy is there.
 """
 
 from __future__ import annotations
