@@ -122,6 +122,9 @@ def test_a_closing_answer_drops_the_connection_and_the_next_get_makes_another(sc
     (b"", r"RemoteDisconnected"),
     (partial(b"abc", 0, 3)[:-1], r"short body: 0 bytes, 1 more expected"),
     (partial(b"abc", 0, 3, b"Content-Length: 4\r\n"), r"and Content-Length -1$"),  # two lengths: refused
+    # a length that matches the range, but the body is chunked: its framing must never be read as data
+    (partial(b"3\r\nabc\r\n0\r\n\r\n"[:3], 0, 3, b"Transfer-Encoding: chunked\r\n") + b"\r\nabc\r\n0\r\n\r\n",
+     r"a 206 answer with Transfer-Encoding 'chunked': refused as a ranged body"),
 ])
 def test_a_malformed_answer_is_retried_then_refused_never_read(scripted: list[ScriptedServer], answer: bytes,
                                                                 message: str) -> None:

@@ -134,9 +134,7 @@ class RemoteSource:
     def _disk_blocks(self, setting: DiskCacheSetting | None) -> DiskBlocks | None:
         if setting is None:
             return None
-        version = self._getter.version
-        assert version is not None
-        identity = object_identity(self.name, version.size, version.etag, version.version_id)
+        identity = self.identity
         if identity is None:
             log.info("%s: not cached on disk: its answers carry no strong ETag nor version id", self.name)
             return None

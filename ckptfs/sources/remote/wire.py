@@ -133,12 +133,17 @@ class WireConnection:
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         else:
             raise http.client.HTTPException(f"more than {MAX_HEADERS} headers")
+        status = int(parts[1])
         length_text = headers.get("content-length")
         left = int(length_text) if length_text is not None and length_text.isdigit() else None
-        will_close = (left is None or parts[0] == "HTTP/1.0" or "chunked" in headers.get("transfer-encoding", "")
-                      or headers.get("connection", "").lower() == "close")
-        if "chunked" in headers.get("transfer-encoding", ""):
+        if "transfer-encoding" in headers:
+            if 200 <= status < 300:
+                # Its body is framed by the coding, not Content-Length: read raw, the framing would be served as
+                # data. Ranged answers are sent with a Content-Length by every store.
+                raise http.client.HTTPException(f"a {status} answer with Transfer-Encoding "
+                                                f"{headers['transfer-encoding']!r}: refused as a ranged body")
             left = None  # read raw to the close: only an error answer's first bytes are read, for its code
+        will_close = (left is None or parts[0] == "HTTP/1.0" or headers.get("connection", "").lower() == "close")
         assert self._file is not None
-        return WireResponse(int(parts[1]), parts[2] if len(parts) > 2 else "", headers, self._file, left,
+        return WireResponse(status, parts[2] if len(parts) > 2 else "", headers, self._file, left,
                             will_close)
