@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
@@ -96,8 +97,11 @@ def cmd_mount(args: argparse.Namespace) -> int:
         nest=args.nest,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args),
-          cache_dir(args))
+    options = with_options(options, args.options)
+    args.no_cache = args.no_cache or options.no_cache
+    if args.cache_dir is None and options.cache_dir is not None:
+        args.cache_dir = Path(options.cache_dir)
+    mount(args.source, args.mountpoint, options, args.limits, remote_options(args), cache_dir(args))
     return 0
 
 
@@ -273,7 +277,8 @@ def _add_mount_commands(sub: Any) -> None:
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
                           "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
-                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest); "
+                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
+                          "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")

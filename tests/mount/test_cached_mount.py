@@ -8,7 +8,7 @@ from pathlib import Path
 from many_tensors import save_many
 
 import ckptfs.cache
-from mount.helpers import Mounter
+from mount.helpers import Mounter, run_cli
 
 
 def files(mnt: Path) -> dict[str, bytes]:
@@ -34,3 +34,23 @@ def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path
     served = files(again)
     assert served == parsed
     assert ".ckptfs/index.json" in served and len(served) > 2 * ckptfs.cache.MIN_TENSORS
+
+
+def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(mounter: Mounter, tmp_path: Path) -> None:
+    source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    (tmp_path / "a-file").write_bytes(b"")
+    mnt = mounter.directory()
+    result = run_cli("mount", source, mnt, "--cache-dir", tmp_path / "a-file")
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == [f"ckptfs: warning: --cache-dir {tmp_path}/a-file is unusable: cache "
+                                          f"folder {tmp_path}/a-file/metadata: Not a directory; going on without "
+                                          "the cache"]
+    assert files(mnt) == files(mounter(source, "--no-cache"))
+
+
+def test_mount_takes_the_cache_folder_as_an_option_too(mounter: Mounter, tmp_path: Path) -> None:
+    source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    mounter(source, "-o", f"cache_dir={tmp_path}/cache")
+    mounter(source, "-o", f"nocache,cache_dir={tmp_path}/unused")
+    assert len(list((tmp_path / "cache" / "metadata").glob("*.ckm"))) == 1
+    assert not (tmp_path / "unused").exists()
