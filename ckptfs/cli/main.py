@@ -19,7 +19,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
-from ckptfs.cli.cache_options import add_cache_options, cache_dir
+from ckptfs.cli.cache_options import add_cache_options, cache_dir, chosen_cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
@@ -98,9 +98,11 @@ def cmd_mount(args: argparse.Namespace) -> int:
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
     options = with_options(options, args.options)
-    args.no_cache = args.no_cache or options.no_cache
-    if args.cache_dir is None and options.cache_dir is not None:
-        args.cache_dir = Path(options.cache_dir)
+    if options.no_cache:
+        args.no_cache = True
+    elif args.cache_dir is None and options.cache_dir is not None:
+        args.cache_dir = chosen_cache_dir(False, Path(options.cache_dir), f"-o cache_dir={options.cache_dir}")
+        args.no_cache = args.cache_dir is None
     mount(args.source, args.mountpoint, options, args.limits, remote_options(args), cache_dir(args))
     return 0
 

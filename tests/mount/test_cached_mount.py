@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from many_tensors import save_many
 
 import ckptfs.cache
@@ -36,13 +37,16 @@ def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path
     assert ".ckptfs/index.json" in served and len(served) > 2 * ckptfs.cache.MIN_TENSORS
 
 
-def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(mounter: Mounter, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spelled", ["--cache-dir ", "-o cache_dir="])
+def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(mounter: Mounter, tmp_path: Path,
+                                                                    spelled: str) -> None:
     source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
     (tmp_path / "a-file").write_bytes(b"")
     mnt = mounter.directory()
-    result = run_cli("mount", source, mnt, "--cache-dir", tmp_path / "a-file")
+    flag, _, prefix = spelled.partition(" ")
+    result = run_cli("mount", source, mnt, flag.rstrip("="), f"{prefix}{tmp_path}/a-file")
     assert result.returncode == 0
-    assert result.stderr.splitlines() == [f"ckptfs: warning: --cache-dir {tmp_path}/a-file is unusable: cache "
+    assert result.stderr.splitlines() == [f"ckptfs: warning: {spelled}{tmp_path}/a-file is unusable: cache "
                                           f"folder {tmp_path}/a-file/metadata: Not a directory; going on without "
                                           "the cache"]
     assert files(mnt) == files(mounter(source, "--no-cache"))
