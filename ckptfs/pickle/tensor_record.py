@@ -83,58 +83,58 @@ def apply(u: Machine, match: re.Match[bytes]) -> bool:
     except _Fallback:
         return False
     for get in (tag_get, cls_get, key_get, location_get, od_get):
-        if get is not None and (get[1] if len(get) == 2 else unpack(get, 1)[0]) not in memo:
+        if get is not None and (get[1] if get[0] == 0x68 else unpack(get, 1)[0]) not in memo:
             return False
-    # The memo reads and writes, in opcode order (a memo index is ``op[1]`` of a 2-byte BINGET/BINPUT, else the
-    # LONG_ form's u32: inline, as a call per index costs as much as the rest of the record).
+    # The memo reads and writes, in opcode order (a memo index is ``op[1]`` of a BINGET/BINPUT, else the LONG_
+    # form's u32: inline, as a call per index costs as much as the rest of the record).
     if tag_get is not None:
-        tag = memo[tag_get[1] if len(tag_get) == 2 else unpack(tag_get, 1)[0]]
+        tag = memo[tag_get[1] if tag_get[0] == 0x68 else unpack(tag_get, 1)[0]]
     else:
         tag = tag_text.decode("ascii")
         if tag_put is not None:
-            memo[tag_put[1] if len(tag_put) == 2 else unpack(tag_put, 1)[0]] = tag
+            memo[tag_put[1] if tag_put[0] == 0x71 else unpack(tag_put, 1)[0]] = tag
     if cls_get is not None:
-        cls = memo[cls_get[1] if len(cls_get) == 2 else unpack(cls_get, 1)[0]]
+        cls = memo[cls_get[1] if cls_get[0] == 0x68 else unpack(cls_get, 1)[0]]
     else:
         cls = u.find_global(cls_module.decode("ascii"), cls_name.decode("ascii"))
         if cls_put is not None:
-            memo[cls_put[1] if len(cls_put) == 2 else unpack(cls_put, 1)[0]] = cls
+            memo[cls_put[1] if cls_put[0] == 0x71 else unpack(cls_put, 1)[0]] = cls
     if key_get is not None:
-        key = memo[key_get[1] if len(key_get) == 2 else unpack(key_get, 1)[0]]
+        key = memo[key_get[1] if key_get[0] == 0x68 else unpack(key_get, 1)[0]]
     else:
         key = key_text.decode("ascii")
         if key_put is not None:
-            memo[key_put[1] if len(key_put) == 2 else unpack(key_put, 1)[0]] = key
+            memo[key_put[1] if key_put[0] == 0x71 else unpack(key_put, 1)[0]] = key
     if location_get is not None:
-        location = memo[location_get[1] if len(location_get) == 2 else unpack(location_get, 1)[0]]
+        location = memo[location_get[1] if location_get[0] == 0x68 else unpack(location_get, 1)[0]]
     else:
         location = location_text.decode("ascii")
         if location_put is not None:
-            memo[location_put[1] if len(location_put) == 2 else unpack(location_put, 1)[0]] = location
+            memo[location_put[1] if location_put[0] == 0x71 else unpack(location_put, 1)[0]] = location
     numel = _int(numel_op)
     pid = (tag, cls, key, location, numel, None) if view else (tag, cls, key, location, numel)
-    memo[pid_put[1] if len(pid_put) == 2 else unpack(pid_put, 1)[0]] = pid
+    memo[pid_put[1] if pid_put[0] == 0x71 else unpack(pid_put, 1)[0]] = pid
     size = tuple(size_items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
     if size_put is not None:
-        memo[size_put[1] if len(size_put) == 2 else unpack(size_put, 1)[0]] = size
+        memo[size_put[1] if size_put[0] == 0x71 else unpack(size_put, 1)[0]] = size
     stride = tuple(stride_items)
     if stride_put is not None:
-        memo[stride_put[1] if len(stride_put) == 2 else unpack(stride_put, 1)[0]] = stride
+        memo[stride_put[1] if stride_put[0] == 0x71 else unpack(stride_put, 1)[0]] = stride
     if od_get is not None:
-        ordered_dict = memo[od_get[1] if len(od_get) == 2 else unpack(od_get, 1)[0]]
+        ordered_dict = memo[od_get[1] if od_get[0] == 0x68 else unpack(od_get, 1)[0]]
     else:
         ordered_dict = u.find_global(od_module.decode("ascii"), od_name.decode("ascii"))
         if od_put is not None:
-            memo[od_put[1] if len(od_put) == 2 else unpack(od_put, 1)[0]] = ordered_dict
+            memo[od_put[1] if od_put[0] == 0x71 else unpack(od_put, 1)[0]] = ordered_dict
     # The calls.
     storage = u.persistent_load(pid)
     offset = _int(offset_op)
     metadata = u.call(ordered_dict, ())
-    memo[metadata_put[1] if len(metadata_put) == 2 else unpack(metadata_put, 1)[0]] = metadata
+    memo[metadata_put[1] if metadata_put[0] == 0x71 else unpack(metadata_put, 1)[0]] = metadata
     args = (storage, offset, size, stride, grad == b"\x88", metadata)
-    memo[args_put[1] if len(args_put) == 2 else unpack(args_put, 1)[0]] = args
+    memo[args_put[1] if args_put[0] == 0x71 else unpack(args_put, 1)[0]] = args
     result = u.call(stack.pop(), args)
-    memo[result_put[1] if len(result_put) == 2 else unpack(result_put, 1)[0]] = result
+    memo[result_put[1] if result_put[0] == 0x71 else unpack(result_put, 1)[0]] = result
     stack.append(result)
     u.pos = match.end()
     return True
