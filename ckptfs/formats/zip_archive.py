@@ -186,9 +186,7 @@ class ZipArchive:
                 in_order = False
             last_offset = offset
         if pos != size:
-            raise CorruptCheckpointError(
-                f"central directory holds {size - pos} bytes beyond its {count} entries"
-            )
+            raise CorruptCheckpointError(f"central directory holds {size - pos} bytes beyond its {count} entries")
         if not in_order:
             order = sorted(range(len(offsets)), key=offsets.__getitem__)
             names = [names[i] for i in order]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any
 
 from ckptfs.pickle.machine import Machine
 
