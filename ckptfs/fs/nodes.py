@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import enum
 from array import array
-from typing import Any
+from typing import Any, Callable
 
-from ckptfs.fs.views import View
+from ckptfs.fs.views import View, data_sizes
 from ckptfs.model.records import Key
 
 
 SLOT_BITS = 3
 """A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
+_SLOT_MASK = (1 << SLOT_BITS) - 1
 
 
 class Kind(enum.Enum):
@@ -114,3 +115,33 @@ class Dir(Node):
             kinds.append(child.kind if not slot else Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK)
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]
+
+    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
+        """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
+        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
+        plan, children = self.plan, self.children
+        sizes = [size(node) for node in self.head[start:stop]]
+        first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)
+        codes = plan[first:last]
+        found = [0] * len(codes)
+        at_slot: list[list[int]] = [[] for _ in by_slot]
+        for index, code in enumerate(codes):
+            at_slot[code & _SLOT_MASK].append(index)
+        owners = [[children[codes[index] >> SLOT_BITS] for index in indices] for indices in at_slot]
+        files = [node for node in owners[0] if node.kind is Kind.TENSOR and node.size < 0]
+        for node, nbytes in zip(files, data_sizes([node.value for node in files])):
+            node.size = nbytes
+        for index, node in zip(at_slot[0], owners[0]):
+            found[index] = node.size if node.size >= 0 else size(node)
+        for view, indices, nodes in zip(by_slot[1:], at_slot[1:], owners[1:]):
+            if view is None or not indices:
+                continue
+            suffix_length = len(view.suffix.encode("utf-8"))
+            shown = [(index, node.value) for index, node in zip(indices, nodes) if node.kind is Kind.TENSOR]
+            for (index, _), view_size in zip(shown, view.sizes([tensor for _, tensor in shown])):
+                found[index] = view_size
+            for index, node in zip(indices, nodes):
+                if node.kind is not Kind.TENSOR:
+                    found[index] = size(node) + suffix_length
+        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return sizes + found + [size(node) for node in tail]

@@ -34,6 +34,23 @@ Extents = Callable[[Tensor], "list[Extent] | None"]
 """``Checkpoint.extents``: where a tensor's bytes are stored as they are."""
 
 
+def data_sizes(tensors: Sequence[Tensor]) -> list[int]:
+    """The sizes of the tensors' files, ``[t.nbytes if t.has_data else 0 for t in tensors]``: once per dtype, shape
+    and kind, as a listing needs them all."""
+    known: dict[tuple[str, tuple[int, ...], str], int] = {}
+    sizes = []
+    for tensor in tensors:
+        if tensor.storage is None and tensor.chunks is None:
+            sizes.append(0)
+            continue
+        key = (tensor.dtype.name, tensor.shape, tensor.kind)
+        nbytes = known.get(key)
+        if nbytes is None:
+            nbytes = known[key] = tensor.nbytes
+        sizes.append(nbytes)
+    return sizes
+
+
 class View(Protocol):
     suffix: str
     slot: int
