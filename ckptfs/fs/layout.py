@@ -43,14 +43,13 @@ views; a directory's second is its ``model.safetensors``).
 from __future__ import annotations
 
 import threading
-from array import array
 from typing import Any, Collection
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
-from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode
+from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
@@ -203,7 +202,6 @@ class Layout:
         pairs = self.places.pairs(container)
         base = self.places.block(container)
         entries: dict[str, Node] = {}
-        plan = array("I")
         kids: list[Node] = []
         if directory is self.root:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
@@ -217,15 +215,12 @@ class Layout:
             node = self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
             kids.append(node)
-            plan.append(position << SLOT_BITS)
-            if isinstance(child, Tensor):
-                plan.extend([(position << SLOT_BITS) | v.slot for v in self.views if v.shows(child)])
         if self._has_safetensors(directory):
             ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
             bundle = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, container)
             entries[SAFETENSORS_NAME] = bundle
             directory.tail = [bundle]
-        directory.plan = plan
+        directory.plan = listing_plan([child for _, child in pairs], self.views)
         directory.children = kids
         directory.entries = entries
 

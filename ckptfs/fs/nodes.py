@@ -4,15 +4,33 @@ from __future__ import annotations
 
 import enum
 from array import array
-from typing import Any, Callable
+from operator import itemgetter
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from ckptfs.fs.views import View, data_sizes
-from ckptfs.model.records import Key
+from ckptfs.model.records import Key, Tensor
 
 
 SLOT_BITS = 3
 """A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
 _SLOT_MASK = (1 << SLOT_BITS) - 1
+
+
+def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
+    """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
+    tensor's followed by that plus the slot of each view shown beside it (``View.shown``)."""
+    tensors = [value for value in values if isinstance(value, Tensor)]
+    codes = np.zeros((len(values), 1 + len(views)), dtype=np.uint32)
+    codes[:] = np.arange(len(values), dtype=np.uint32)[:, None] << SLOT_BITS
+    codes[:, 1:] |= np.array([view.slot for view in views], dtype=np.uint32)
+    listed = np.zeros(codes.shape, dtype=bool)
+    listed[:, 0] = True
+    at = np.array([isinstance(value, Tensor) for value in values], dtype=bool)
+    for column, view in enumerate(views, 1):
+        listed[at, column] = view.shown(tensors)
+    return array("I", codes[listed].tobytes())  # row by row: each child, then its views in order
 
 
 class Kind(enum.Enum):
@@ -119,29 +137,33 @@ class Dir(Node):
     def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
         tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
-        plan, children = self.plan, self.children
+        plan = self.plan
         sizes = [size(node) for node in self.head[start:stop]]
         first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)
-        codes = plan[first:last]
-        found = [0] * len(codes)
-        at_slot: list[list[int]] = [[] for _ in by_slot]
-        for index, code in enumerate(codes):
-            at_slot[code & _SLOT_MASK].append(index)
-        owners = [[children[codes[index] >> SLOT_BITS] for index in indices] for indices in at_slot]
-        files = [node for node in owners[0] if node.kind is Kind.TENSOR and node.size < 0]
-        for node, nbytes in zip(files, data_sizes([node.value for node in files])):
-            node.size = nbytes
-        for index, node in zip(at_slot[0], owners[0]):
-            found[index] = node.size if node.size >= 0 else size(node)
-        for view, indices, nodes in zip(by_slot[1:], at_slot[1:], owners[1:]):
-            if view is None or not indices:
+        codes = np.frombuffer(plan, dtype=f"u{plan.itemsize}")[first:last]
+        found = np.zeros(len(codes), dtype=object)  # Python ints: sizes are not bounded by int64
+        slots, positions = codes & _SLOT_MASK, codes >> SLOT_BITS
+        for slot, view in enumerate(by_slot):
+            where = np.flatnonzero(slots == slot)
+            if not len(where):
                 continue
+            nodes = _pick(self.children, positions[where].tolist())
+            files = [node for node in nodes if node.kind is Kind.TENSOR]
+            if view is None:  # the children themselves
+                unknown = [node for node in files if node.size < 0]
+                for node, nbytes in zip(unknown, data_sizes([node.value for node in unknown])):
+                    node.size = nbytes
+                found[where] = [node.size if node.size >= 0 else size(node) for node in nodes]
+                continue
+            made = iter(view.sizes([node.value for node in files]))
             suffix_length = len(view.suffix.encode("utf-8"))
-            shown = [(index, node.value) for index, node in zip(indices, nodes) if node.kind is Kind.TENSOR]
-            for (index, _), view_size in zip(shown, view.sizes([tensor for _, tensor in shown])):
-                found[index] = view_size
-            for index, node in zip(indices, nodes):
-                if node.kind is not Kind.TENSOR:
-                    found[index] = size(node) + suffix_length
+            found[where] = [next(made) if node.kind is Kind.TENSOR else size(node) + suffix_length for node in nodes]
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
-        return sizes + found + [size(node) for node in tail]
+        return sizes + found.tolist() + [size(node) for node in tail]
+
+
+def _pick(items: list[Node], positions: list[int]) -> list[Node]:
+    """``[items[p] for p in positions]``, the loop in C."""
+    if len(positions) == 1:
+        return [items[positions[0]]]
+    return list(itemgetter(*positions)(items)) if positions else []
