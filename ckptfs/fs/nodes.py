@@ -7,8 +7,6 @@ from array import array
 from operator import itemgetter
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from ckptfs.fs.views import View, data_sizes
 from ckptfs.model.records import Key, Tensor
 
@@ -20,17 +18,21 @@ _SLOT_MASK = (1 << SLOT_BITS) - 1
 
 def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
-    tensor's followed by that plus the slot of each view shown beside it (``View.shown``)."""
+    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
     tensors = [value for value in values if isinstance(value, Tensor)]
-    codes = np.zeros((len(values), 1 + len(views)), dtype=np.uint32)
-    codes[:] = np.arange(len(values), dtype=np.uint32)[:, None] << SLOT_BITS
-    codes[:, 1:] |= np.array([view.slot for view in views], dtype=np.uint32)
-    listed = np.zeros(codes.shape, dtype=bool)
-    listed[:, 0] = True
-    at = np.array([isinstance(value, Tensor) for value in values], dtype=bool)
-    for column, view in enumerate(views, 1):
-        listed[at, column] = view.shown(tensors)
-    return array("I", codes[listed].tobytes())  # row by row: each child, then its views in order
+    shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
+    slots: dict[tuple[bool, ...], list[int]] = {}
+    plan = array("I")
+    for position, value in enumerate(values):
+        code = position << SLOT_BITS
+        plan.append(code)
+        if isinstance(value, Tensor):
+            flags = next(shown)
+            found = slots.get(flags)
+            if found is None:
+                found = slots[flags] = [view.slot for view, flag in zip(views, flags) if flag]
+            plan.extend([code | slot for slot in found])
+    return plan
 
 
 class Kind(enum.Enum):
@@ -137,6 +139,8 @@ class Dir(Node):
     def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
         tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
+        import numpy as np  # here: a command line that lists no directory starts without it
+
         plan = self.plan
         sizes = [size(node) for node in self.head[start:stop]]
         first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)

@@ -25,8 +25,6 @@ import json
 import struct
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.nest import Group
@@ -129,7 +127,7 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
 _MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
 """A member's entry in the header (``name``: its JSON text)."""
 _MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
-_POWERS_OF_TEN = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+_POWERS_OF_TEN = [10**k for k in range(1, 19)]
 _NUMPY_SUMS = 1 << 62
 """Offsets below this are summed and counted in int64; beyond it (hostile shapes only) in Python ints."""
 
@@ -143,7 +141,9 @@ def _safetensors_shape(tensor: Tensor) -> list[int]:
 
 def _digit_count(ends: Any) -> int:
     """The total length of the decimal texts of the int64 array ``ends`` (none negative)."""
-    return int(len(ends) + np.searchsorted(_POWERS_OF_TEN, ends, side="right").sum())
+    import numpy as np  # here, as in _members_length
+
+    return int(len(ends) + np.searchsorted(np.array(_POWERS_OF_TEN, dtype=np.int64), ends, side="right").sum())
 
 
 class SafetensorsFile:
@@ -175,6 +175,8 @@ class SafetensorsFile:
 
     def _members_length(self) -> tuple[int, int]:
         """The length in bytes of the members' entries in the header (``_MEMBER``s), and of their data."""
+        import numpy as np  # here: a command line that makes no model.safetensors starts without it
+
         # Members of one dtype and shape (a family) have entries as long but for their names and offsets.
         families: dict[tuple[str, tuple[int, ...]], int] = {}
         firsts: list[Tensor] = []
