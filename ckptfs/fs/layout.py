@@ -49,7 +49,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
-from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
+from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
@@ -186,6 +186,8 @@ class Layout:
     def listing_sizes(self, directory: Dir, start: int, stop: int) -> list[int]:
         """``sizes(listing_slice(directory, start, stop))``, made in bulk without a node per view."""
         self.entries(directory)
+        if stop - start < BULK_SIZES:
+            return self.sizes(self.listing_slice(directory, start, stop))
         return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
 
     def children(self, directory: Dir) -> list[Node]:

@@ -14,13 +14,19 @@ from ckptfs.model.records import Key, Tensor
 SLOT_BITS = 3
 """A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
 _SLOT_MASK = (1 << SLOT_BITS) - 1
+BULK_SIZES = 256
+"""Directories (and windows of a listing) of this many entries or more have their plan and sizes made in bulk
+(``listing_plan``, ``Dir.listed_sizes``): below it, a bulk pass's fixed cost is more than a node per entry costs."""
 
 
 def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
     tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
     tensors = [value for value in values if isinstance(value, Tensor)]
-    shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
+    if len(tensors) < BULK_SIZES:
+        shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+    else:
+        shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
     slots: dict[tuple[bool, ...], list[int]] = {}
     plan = array("I")
     for position, value in enumerate(values):
@@ -139,7 +145,7 @@ class Dir(Node):
     def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
         tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
-        import numpy as np  # here: a command line that lists no directory starts without it
+        import numpy as np  # here: a command line that lists no big directory starts without it
 
         plan = self.plan
         sizes = [size(node) for node in self.head[start:stop]]

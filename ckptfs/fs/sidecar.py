@@ -127,8 +127,8 @@ def _make_template(tensor: Tensor) -> _Template:
 
 
 def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
-    """The ``_VARYING`` texts of the tensor's family, and their lengths in bulk: whether its source is one range, and where in its storage
-    that range is, is the family's."""
+    """The ``_VARYING`` texts of the tensor's family, and their lengths in bulk: whether its source is one range,
+    and where in its storage that range is, is the family's."""
     assert tensor.storage is not None
     ranges = source_ranges(tensor)
     one_range = ranges is not None

@@ -12,10 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ckptfs
+import ckptfs.fs.layout
+import ckptfs.fs.nodes
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.views import VIEW_NAMES
+
+
+@pytest.fixture(params=["bulk", "small"], autouse=True)
+def bulk_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test twice: every directory's plan and sizes made in bulk, and small ones node by node (the default
+    for directories under ``BULK_SIZES`` entries, which the test trees are)."""
+    if request.param == "bulk":
+        monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
+        monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
 
 
 def one_at_a_time(ck: Checkpoint, path: str, **options: Any) -> list[int]:
@@ -36,7 +47,8 @@ def check_every_directory(ck: Checkpoint, cuts: list[int] = [], **options: Any) 
         assert isinstance(directory, Dir)
         length = layout.listing_length(directory)
         bounds = sorted({0, length, *(cut % (length + 1) for cut in cuts)})
-        bulk = [size for start, stop in zip(bounds, bounds[1:]) for size in layout.listing_sizes(directory, start, stop)]
+        windows = zip(bounds, bounds[1:])
+        bulk = [size for start, stop in windows for size in layout.listing_sizes(directory, start, stop)]
         assert bulk == one_at_a_time(ck, path, **options)
         seen += length
         prefix = path.rstrip("/") + "/"
