@@ -28,6 +28,8 @@ _STORAGE_FIELDS = ("key", "record", "offset")
 _VARYING = (*_STORAGE_FIELDS, "source_ranges")
 """The per-tensor values of a sidecar besides its path: its storage's key, record and offset, and its
 ``source_ranges``; in this order, the texts ``_Template.varying`` gives (``str.format`` fields 1–4)."""
+_BULK = 64
+"""Fewer tensors than this have their sidecars' sizes made one by one: a bulk pass's fixed cost is more."""
 _Varying = Callable[[Tensor], tuple[str, str, str, str]]
 _Lengths = Callable[[list[Tensor]], list[int]]
 """The lengths of the ``_VARYING`` texts of tensors of one family, summed per tensor."""
@@ -86,6 +88,11 @@ class SidecarMaker:
     def sizes(self, tensors: Iterable[Tensor]) -> list[int]:
         """``[len(self(t)) for t in tensors]``, without making the texts: a listing needs every sidecar's."""
         tensors = list(tensors)
+        path_text = self._paths.path_text
+        if len(tensors) < _BULK:
+            templates = [self._template(tensor) for tensor in tensors]
+            return [len(self(t)) if p is None else p.fixed + len(path_text(t.trail)) + len("".join(p.varying(t)))
+                    for t, p in zip(tensors, templates)]
         sizes = [0] * len(tensors)
         families: dict[int, tuple[_Template, list[int]]] = {}
         for index, template in enumerate(map(self._template, tensors)):
@@ -93,7 +100,6 @@ class SidecarMaker:
                 sizes[index] = len(self(tensors[index]))
             else:
                 families.setdefault(id(template), (template, []))[1].append(index)
-        path_text = self._paths.path_text
         for template, indices in families.values():
             family = [tensors[index] for index in indices]
             for index, tensor, length in zip(indices, family, template.lengths(family)):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import ckptfs
 import ckptfs.fs.layout
 import ckptfs.fs.nodes
+import ckptfs.fs.sidecar
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
@@ -22,19 +23,25 @@ from ckptfs.fs.views import VIEW_NAMES
 
 @pytest.fixture(params=["bulk", "small"], autouse=True)
 def bulk_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test twice: every directory's plan and sizes made in bulk, and small ones node by node (the default
-    for directories under ``BULK_SIZES`` entries, which the test trees are)."""
+    """Every test twice: every directory's plan and sizes (sidecars' too) made in bulk, and small ones node by node
+    (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
     if request.param == "bulk":
         monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
+        monkeypatch.setattr(ckptfs.fs.sidecar, "_BULK", 0)
 
 
 def one_at_a_time(ck: Checkpoint, path: str, **options: Any) -> list[int]:
-    """Each entry's size from a layout of its own, asked entry by entry (a getattr's path)."""
+    """Each entry's size from a layout of its own, asked entry by entry (a getattr's path); a view's checked
+    against the length of what it holds."""
     layout = Layout(ck, **options)
     directory = layout.lookup(path)
     assert isinstance(directory, Dir)
-    return [layout.size(node) for node in layout.listing(directory)]
+    sizes = [layout.size(node) for node in layout.listing(directory)]
+    made = [sum(piece.length for piece in layout.pieces(node)) for node in layout.listing(directory)
+            if node.kind is Kind.VIEW]
+    assert made == [size for node, size in zip(layout.listing(directory), sizes) if node.kind is Kind.VIEW]
+    return sizes
 
 
 def check_every_directory(ck: Checkpoint, cuts: list[int] = [], **options: Any) -> int:  # noqa: B006
