@@ -9,6 +9,7 @@ from ckptfs.cache import MetadataCache, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
+from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
 from ckptfs.model.records import Chunk, Key, Storage, Tensor
@@ -164,8 +165,10 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
                     remote: RemoteOptions = RemoteOptions(),
                     cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
-    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse of a local file is kept there and
-    an unchanged file's next open reads it instead of the pickle (``ckptfs.cache``)."""
+    fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
+    the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). The cyclic
+    garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
+    of a parse."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
@@ -173,7 +176,8 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     else:
         source = open_source(path, remote)
     try:
-        return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
+        with gc_paused():
+            return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
     except CkptfsError as exc:
         source.close()  # type: ignore[union-attr]
         raise exc.with_path(source.name) from None  # type: ignore[union-attr]

@@ -134,17 +134,24 @@ http {{
         return found
 
     def since(self, mark: int, at_least: int = 0) -> list[Request]:
-        """The requests logged after ``mark``; with ``at_least``, waiting (up to 10 s) until that many are: nginx
-        logs a request after sending its response, so a client can have its bytes before the line is written."""
+        """The requests logged after ``mark``, waiting (up to 10 s) until ``at_least`` are and no more came for
+        50 ms: nginx logs a request after sending its response, so a client can have its bytes before the line is
+        written."""
         deadline = time.monotonic() + 10
         found = self.requests()[mark:]
-        while len(found) < at_least and time.monotonic() < deadline:
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            if len(found) >= at_least and time.monotonic() - quiet_since >= 0.05:
+                break
             time.sleep(0.01)
-            found = self.requests()[mark:]
+            again = self.requests()[mark:]
+            if len(again) != len(found):
+                found, quiet_since = again, time.monotonic()
         return found
 
     def mark(self) -> int:
-        return len(self.requests())
+        """How many requests are logged, once the lines of those answered already are."""
+        return len(self.since(0))
 
 
 def nginx_server(base: Path) -> Iterator[Nginx]:
@@ -307,7 +314,8 @@ class Radosgw:
 
     ACCESS_KEY, SECRET_KEY = "AKCKPTFSTEST", "ckptfs-test-secret"
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, memory: int = 1 << 30) -> None:
+        """``memory``: bytes the in-memory OSD holds (the benchmark's 1 GiB checkpoint needs more)."""
         self.base = base
         self.url = f"http://127.0.0.1:{free_port()}"
         mon_port = free_port()
@@ -324,7 +332,7 @@ auth client required = none
 auth allow insecure global id reclaim = true
 keyring = {base}/keyring
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = {memory}
 osd pool default size = 1
 osd pool default min size = 1
 mon allow pool size one = true

@@ -76,3 +76,23 @@ def test_a_flat_state_dict_is_collected_as_the_walk_collects_it(tmp_path: Path, 
                 return f"{type(exc).__name__}: {exc}"
 
     assert collect(fast=True) == collect(fast=False)
+
+
+def test_open_pauses_the_garbage_collector_while_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    import ckptfs.checkpoint
+
+    parse = ckptfs.checkpoint.open_parsed
+    collecting = []
+
+    def watched(*args: Any) -> Any:
+        collecting.append(gc.isenabled())
+        return parse(*args)
+
+    monkeypatch.setattr(ckptfs.checkpoint, "open_parsed", watched)
+    path = save_zip(_state(), tmp_path / "ck.pt")
+    assert gc.isenabled()
+    with ckptfs.open(path) as ck:
+        assert collecting == [False] and gc.isenabled()
+        assert len(ck.tensors) == 4

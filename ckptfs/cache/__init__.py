@@ -1,29 +1,33 @@
 """The metadata cache: a checkpoint's parse kept on disk, so that opening it again unchanged skips the pickle.
 
-An entry is keyed by the file's identity and state (device, inode, size, modification and change times), the
-entry format's version and the ``Limits`` in force; any change is a miss. It holds flat tables (no pickle),
-read back with every size bounded and every value checked; a bad entry is removed and the file parsed.
-Cached: torch.save zip, TorchScript and legacy checkpoints in local files with ``MIN_TENSORS`` tensors or more.
+An entry is keyed by the source's identity and state (a file's device, inode, size, modification and change
+times; a remote object's URL and version; a directory's and each of its files'), the entry format's version
+and the ``Limits`` in force; any change is a miss (``source_keys``). It holds flat tables (no pickle), read
+back with every size bounded and every value checked; a bad entry is removed and the checkpoint parsed.
+Cached: torch.save zip, TorchScript, legacy, ``.pt2`` checkpoints and torch.distributed.checkpoint directories
+with ``MIN_TENSORS`` tensors or more (``MIN_TENSORS_BY_FORMAT``), local or at URLs whose store names the
+object's version (ETag, generation, version id).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 from pathlib import Path
 
-from ckptfs.cache.entry_key import FORMAT_VERSION
 from ckptfs.cache.errors import BadEntry, NotCacheable
+from ckptfs.cache.source_keys import source_key
 from ckptfs.cache.store import MetadataStore
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource, LocalFileSource
+from ckptfs.sources import ByteSource
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
+MIN_TENSORS_BY_FORMAT = {"pt2": 10_000}
+"""Formats whose parse is cheaper per tensor: a ``.pt2``'s JSON configs parse at ~40 µs a tensor, and reading
+an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: see the README)."""
 
 
 class MetadataCache:
@@ -53,7 +57,7 @@ class MetadataCache:
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
-        if tensors < MIN_TENSORS:
+        if tensors < max(MIN_TENSORS, MIN_TENSORS_BY_FORMAT.get(parsed.format, 0)):
             return
         from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
         from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
@@ -85,18 +89,3 @@ def open_cache(cache_dir: str | os.PathLike[str] | None) -> MetadataCache | None
         return MetadataCache(Path(cache_dir))
     except CkptfsError:
         return None
-
-
-def source_key(source: ByteSource, limits: Limits) -> str | None:
-    """What an entry is valid for: a local file as it is now; None for other sources (not cached)."""
-    if type(source) is not LocalFileSource:
-        return None
-    fd = source.fileno()
-    try:
-        st = os.fstat(fd) if fd is not None else None
-    except OSError:
-        return None
-    if st is None:
-        return None
-    return json.dumps({"entry_format": FORMAT_VERSION, "limits": dataclasses.asdict(limits),
-                       "file": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}, sort_keys=True)

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ckptfs.cache.chunks_codec import REFERENCE_COLUMNS as CHUNK_REFERENCES
+from ckptfs.cache.chunks_codec import encode_chunks
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.layout import DTYPE_LIST, Sections, array, dtype_code
 from ckptfs.cache.tree_encode import TreeEncoder
@@ -62,8 +64,9 @@ def encode_records(encoder: TreeEncoder) -> Sections:
         "tensor_dims": [d for t in tensors for dims in (t.shape, t.stride) for d in dims],
     }
     out: Sections = {name: np.asarray(values, dtype=np.int64) for name, values in columns.items()}
+    out.update(encode_chunks(tensors, ref))
     for name in ("storage_key", "storage_location", "storage_record", "storage_inline", "tensor_type_name",
-                 "tensor_quantization"):
+                 "tensor_quantization", *CHUNK_REFERENCES):
         out[name] = np.where(out[name] < 0, -1, encoder.globalize(np.maximum(out[name], 0))).astype(np.int64)
     return out
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ckptfs.cache.chunks_codec import attach_chunks
 from ckptfs.cache.errors import BadEntry
 from ckptfs.cache.layout import (
     CONSTANTS,
@@ -76,6 +77,7 @@ def decode_tree(sections: Sections, root_ref: int, source: ByteSource,
     storages = decode_storages(sections, objs, counts[Category.STORAGE], source)
     objs += storages
     tensors = decode_tensors(sections, objs, counts[Category.TENSOR], storages)
+    attach_chunks(sections, objs, tensors, source)
     objs += tensors
     node_base = len(objs)
     kinds = array(sections, "node_kinds", counts[Category.NODE])

@@ -103,8 +103,6 @@ class TreeEncoder:
     def tensor(self, tensor: Tensor) -> int:
         index = self.tensors.get(id(tensor))
         if index is None:
-            if tensor.chunks is not None:
-                raise NotCacheable("a chunked tensor")
             if tensor.storage is not None:
                 self.storage(tensor.storage)
             if tensor.quantization is not None:

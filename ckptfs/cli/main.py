@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
@@ -18,7 +19,7 @@ from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
-from ckptfs.cli.cache_options import add_cache_options, cache_dir
+from ckptfs.cli.cache_options import add_cache_options, cache_dir, chosen_cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
@@ -96,8 +97,13 @@ def cmd_mount(args: argparse.Namespace) -> int:
         nest=args.nest,
         uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
         gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    mount(args.source, args.mountpoint, with_options(options, args.options), args.limits, remote_options(args),
-          cache_dir(args))
+    options = with_options(options, args.options)
+    if options.no_cache:
+        args.no_cache = True
+    elif args.cache_dir is None and options.cache_dir is not None:
+        args.cache_dir = chosen_cache_dir(False, Path(options.cache_dir), f"-o cache_dir={options.cache_dir}")
+        args.no_cache = args.cache_dir is None
+    mount(args.source, args.mountpoint, options, args.limits, remote_options(args), cache_dir(args))
     return 0
 
 
@@ -273,7 +279,8 @@ def _add_mount_commands(sub: Any) -> None:
                      help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
                           "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
-                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest); "
+                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
+                          "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")

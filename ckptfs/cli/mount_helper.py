@@ -6,6 +6,8 @@ mount(8), and through it /etc/fstab and systemd mount units, calls
 ``fuse.ckptfs`` it looks for ``/sbin/mount.fuse.ckptfs`` before
 ``mount.fuse3``, so installing this helper under both names serves both types.
 It passes ``rw`` unless told ``ro``: a ckptfs mount is read-only either way.
+The parse is cached as ``ckptfs mount`` caches it: ``-o cache_dir=DIR``, ``-o nocache``, else the user's cache
+folder (root's, for an fstab line mounted at boot).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
+from ckptfs.cli.cache_options import chosen_cache_dir
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import mount
 from ckptfs.fuse.mount_options import MountOptions, with_options
@@ -54,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             raise CkptfsError("mounting in another mount namespace is not supported", f"-N {args.namespace}")
         options = with_options(MountOptions(), args.options, rw_as_ro=True, sloppy=args.sloppy)
         if not args.fake:
-            mount(args.source, args.mountpoint, options)
+            chosen = None if options.cache_dir is None else Path(options.cache_dir)
+            mount(args.source, args.mountpoint, options,
+                  cache_dir=chosen_cache_dir(options.no_cache, chosen, f"-o cache_dir={options.cache_dir}"))
     except CkptfsError as exc:
         print(f"ckptfs: {exc}", file=sys.stderr)
         return FAILED

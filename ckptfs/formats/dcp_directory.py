@@ -162,11 +162,11 @@ def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory
                                      f"{list(item.size)} has {numel}")
     chunks = [_chunk(box, _info(metadata, directory, (fqn, box.offsets))) for box in item.chunks]
     if len(chunks) <= OVERLAP_CHECKED_CHUNKS:
-        _check_disjoint(fqn, item.chunks)
+        check_disjoint(fqn, item.chunks)
     return Tensor(item.dtype, item.size, contiguous_strides(item.size), 0, None, item.requires_grad, chunks=chunks)
 
 
-def _check_disjoint(fqn: str, boxes: list[Box]) -> None:
+def check_disjoint(fqn: str, boxes: list[Box]) -> None:
     for i, a in enumerate(boxes):
         for b in boxes[:i]:
             if all(ao < bo + bs and bo < ao + as_ for ao, as_, bo, bs in zip(a.offsets, a.sizes, b.offsets, b.sizes)) \

@@ -43,14 +43,13 @@ views; a directory's second is its ``model.safetensors``).
 from __future__ import annotations
 
 import threading
-from array import array
 from typing import Any, Collection
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import make_index
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
-from ckptfs.fs.nodes import SLOT_BITS, Dir, Kind, Node, ViewNode
+from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
@@ -184,6 +183,13 @@ class Layout:
         self.entries(directory)
         return directory.listed_columns(start, stop, self._view_of_slot)
 
+    def listing_sizes(self, directory: Dir, start: int, stop: int) -> list[int]:
+        """``sizes(listing_slice(directory, start, stop))``, made in bulk without a node per view."""
+        self.entries(directory)
+        if stop - start < BULK_SIZES:
+            return self.sizes(self.listing_slice(directory, start, stop))
+        return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
+
     def children(self, directory: Dir) -> list[Node]:
         """One node per child of the directory's container, by position: no views, no ``.ckptfs``."""
         self.entries(directory)
@@ -198,7 +204,6 @@ class Layout:
         pairs = self.places.pairs(container)
         base = self.places.block(container)
         entries: dict[str, Node] = {}
-        plan = array("I")
         kids: list[Node] = []
         if directory is self.root:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
@@ -212,15 +217,12 @@ class Layout:
             node = self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
             kids.append(node)
-            plan.append(position << SLOT_BITS)
-            if isinstance(child, Tensor):
-                plan.extend([(position << SLOT_BITS) | v.slot for v in self.views if v.shows(child)])
         if self._has_safetensors(directory):
             ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
             bundle = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, container)
             entries[SAFETENSORS_NAME] = bundle
             directory.tail = [bundle]
-        directory.plan = plan
+        directory.plan = listing_plan([child for _, child in pairs], self.views)
         directory.children = kids
         directory.entries = entries
 

@@ -4,14 +4,41 @@ from __future__ import annotations
 
 import enum
 from array import array
-from typing import Any
+from operator import itemgetter
+from typing import Any, Callable, Sequence
 
-from ckptfs.fs.views import View
-from ckptfs.model.records import Key
+from ckptfs.fs.views import View, data_sizes
+from ckptfs.model.records import Key, Tensor
 
 
 SLOT_BITS = 3
 """A child's entry and its views have ``2 ** SLOT_BITS`` inode numbers (``fs.layout.SLOTS``)."""
+_SLOT_MASK = (1 << SLOT_BITS) - 1
+BULK_SIZES = 256
+"""Directories (and windows of a listing) of this many entries or more have their plan and sizes made in bulk
+(``listing_plan``, ``Dir.listed_sizes``): below it, a bulk pass's fixed cost is more than a node per entry costs."""
+
+
+def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
+    """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
+    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
+    tensors = [value for value in values if isinstance(value, Tensor)]
+    if len(tensors) < BULK_SIZES:
+        shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+    else:
+        shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
+    slots: dict[tuple[bool, ...], list[int]] = {}
+    plan = array("I")
+    for position, value in enumerate(values):
+        code = position << SLOT_BITS
+        plan.append(code)
+        if isinstance(value, Tensor):
+            flags = next(shown)
+            found = slots.get(flags)
+            if found is None:
+                found = slots[flags] = [view.slot for view, flag in zip(views, flags) if flag]
+            plan.extend([code | slot for slot in found])
+    return plan
 
 
 class Kind(enum.Enum):
@@ -114,3 +141,39 @@ class Dir(Node):
             kinds.append(child.kind if not slot else Kind.VIEW if child.kind is Kind.TENSOR else Kind.VIEW_LINK)
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]
+
+    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
+        """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
+        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
+        import numpy as np  # here: a command line that lists no big directory starts without it
+
+        plan = self.plan
+        sizes = [size(node) for node in self.head[start:stop]]
+        first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)
+        codes = np.frombuffer(plan, dtype=f"u{plan.itemsize}")[first:last]
+        found = np.zeros(len(codes), dtype=object)  # Python ints: sizes are not bounded by int64
+        slots, positions = codes & _SLOT_MASK, codes >> SLOT_BITS
+        for slot, view in enumerate(by_slot):
+            where = np.flatnonzero(slots == slot)
+            if not len(where):
+                continue
+            nodes = _pick(self.children, positions[where].tolist())
+            files = [node for node in nodes if node.kind is Kind.TENSOR]
+            if view is None:  # the children themselves
+                unknown = [node for node in files if node.size < 0]
+                for node, nbytes in zip(unknown, data_sizes([node.value for node in unknown])):
+                    node.size = nbytes
+                found[where] = [node.size if node.size >= 0 else size(node) for node in nodes]
+                continue
+            made = iter(view.sizes([node.value for node in files]))
+            suffix_length = len(view.suffix.encode("utf-8"))
+            found[where] = [next(made) if node.kind is Kind.TENSOR else size(node) + suffix_length for node in nodes]
+        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return sizes + found.tolist() + [size(node) for node in tail]
+
+
+def _pick(items: list[Node], positions: list[int]) -> list[Node]:
+    """``[items[p] for p in positions]``, the loop in C."""
+    if len(positions) == 1:
+        return [items[positions[0]]]
+    return list(itemgetter(*positions)(items)) if positions else []

@@ -124,10 +124,36 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
     return True
 
 
-class SafetensorsFile:
-    """One ``model.safetensors``: its header and members, its size and pieces."""
+_MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
+"""A member's entry in the header (``name``: its JSON text)."""
+_MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
+_POWERS_OF_TEN = [10**k for k in range(1, 19)]
+_NUMPY_SUMS = 1 << 62
+"""Offsets below this are summed and counted in int64; beyond it (hostile shapes only) in Python ints."""
 
-    __slots__ = ("header", "members", "size")
+
+def _safetensors_shape(tensor: Tensor) -> list[int]:
+    shape = list(tensor.shape)
+    if tensor.dtype.name == PACKED_F4:
+        shape[-1] *= 2
+    return shape
+
+
+def _digit_count(ends: Any) -> int:
+    """The total length of the decimal texts of the int64 array ``ends`` (none negative)."""
+    import numpy as np  # here, as in _members_length
+
+    return int(len(ends) + np.searchsorted(np.array(_POWERS_OF_TEN, dtype=np.int64), ends, side="right").sum())
+
+
+class SafetensorsFile:
+    """One ``model.safetensors``: its members, its size and pieces.
+
+    A listing needs only the size: the header's length is computed from the members (per family of
+    dtype and shape, the offsets' digits counted in bulk), and its text is made only when the file is read.
+    """
+
+    __slots__ = ("members", "size", "header_length", "_head", "_header")
 
     def __init__(self, found: list[Member], left_out: list[LeftOut], source: str, max_bytes: int) -> None:
         self.members = sorted(found, key=lambda member: -member.tensor.itemsize)
@@ -136,30 +162,71 @@ class SafetensorsFile:
         metadata = {
             "format": "pt", "source": source.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
             "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}
+        self._head = f'{{"{METADATA_KEY}":{json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))}'
+        self._header: bytes | None = None
+        members_length, data_length = self._members_length()
+        length = len(self._head.encode("utf-8")) + members_length + len("}")
         limit = min(max_bytes, MAX_HEADER_BYTES)
-        # json.dumps of the header as a dict, written a member at a time: no dict per member (200,000 of them
-        # would be several times the text), and a header over the limit stops as it passes it.
-        parts = [f'{{"{METADATA_KEY}":{json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))}']
-        length, offset = len(parts[0]), 0
+        if length > limit:
+            raise LimitExceededError(f"{SAFETENSORS_NAME}'s header would exceed {limit} bytes")
+        self.header_length = 8 + length + -length % 8
+        """The header's bytes: its length's 8, the JSON text, the padding."""
+        self.size = self.header_length + data_length
+
+    def _members_length(self) -> tuple[int, int]:
+        """The length in bytes of the members' entries in the header (``_MEMBER``s), and of their data."""
+        import numpy as np  # here: a command line that makes no model.safetensors starts without it
+
+        # Members of one dtype and shape (a family) have entries as long but for their names and offsets.
+        families: dict[tuple[str, tuple[int, ...]], int] = {}
+        firsts: list[Tensor] = []
+        ids: list[int] = []
+        for _, tensor in self.members:
+            key = (tensor.dtype.name, tensor.shape)
+            family = families.get(key)
+            if family is None:
+                family = families[key] = len(firsts)
+                firsts.append(tensor)
+            ids.append(family)
+        texts = [len(DTYPE_NAMES[t.dtype.name]) + len(",".join(map(str, _safetensors_shape(t)))) for t in firsts]
+        nbytes = [tensor.nbytes for tensor in firsts]
+        counts = np.bincount(np.array(ids, dtype=np.intp), minlength=len(firsts)).tolist()
+        # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
+        names = "".join(name for name, _ in self.members)
+        length = (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
+        length += sum(text * count for text, count in zip(texts, counts))
+        total = sum(size * count for size, count in zip(nbytes, counts))
+        if total < _NUMPY_SUMS:
+            sizes = np.array(nbytes, dtype=np.int64)[np.array(ids, dtype=np.intp)]
+            ends = np.cumsum(sizes)
+            length += _digit_count(ends - sizes) + _digit_count(ends)
+        else:
+            offset = 0
+            for family in ids:
+                length += len(str(offset)) + len(str(offset + nbytes[family]))
+                offset += nbytes[family]
+        return length, total
+
+    @property
+    def header(self) -> bytes:
+        """The header's bytes, made on first use: ``header_length`` of them."""
+        if self._header is None:
+            self._header = self._make_header()
+        return self._header
+
+    def _make_header(self) -> bytes:
+        parts = [self._head]
+        offset = 0
         for name, tensor in self.members:
-            shape = list(tensor.shape)
-            if tensor.dtype.name == PACKED_F4:
-                shape[-1] *= 2
-            part = (f',{json.dumps(name, ensure_ascii=False)}:{{"dtype":"{DTYPE_NAMES[tensor.dtype.name]}",'
-                    f'"shape":[{",".join(map(str, shape))}],"data_offsets":[{offset},{offset + tensor.nbytes}]}}')
-            parts.append(part)
-            length += len(part)
-            offset += tensor.nbytes
-            if length > limit:
-                break
+            nbytes = tensor.nbytes
+            parts.append(_MEMBER.format(name=json.dumps(name, ensure_ascii=False), dtype=DTYPE_NAMES[tensor.dtype.name],
+                                        shape=",".join(map(str, _safetensors_shape(tensor))), start=offset,
+                                        end=offset + nbytes))
+            offset += nbytes
         parts.append("}")
         text = "".join(parts).encode("utf-8")
         del parts
-        if len(text) > limit:
-            raise LimitExceededError(f"{SAFETENSORS_NAME}'s header would exceed {limit} bytes")
-        text += b" " * (-len(text) % 8)
-        self.header = struct.pack("<Q", len(text)) + text
-        self.size = len(self.header) + offset
+        return struct.pack("<Q", self.header_length - 8) + text + b" " * (self.header_length - 8 - len(text))
 
     def pieces(self, extents: Callable[[Tensor], list[Extent] | None]) -> list[Piece]:
         pieces: list[Piece] = [Literal(self.header)]

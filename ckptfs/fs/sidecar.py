@@ -14,6 +14,7 @@ byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, Iterable
 
 from ckptfs.fs.describe import tensor_metadata
@@ -27,7 +28,11 @@ _STORAGE_FIELDS = ("key", "record", "offset")
 _VARYING = (*_STORAGE_FIELDS, "source_ranges")
 """The per-tensor values of a sidecar besides its path: its storage's key, record and offset, and its
 ``source_ranges``; in this order, the texts ``_Template.varying`` gives (``str.format`` fields 1–4)."""
+_BULK = 64
+"""Fewer tensors than this have their sidecars' sizes made one by one: a bulk pass's fixed cost is more."""
 _Varying = Callable[[Tensor], tuple[str, str, str, str]]
+_Lengths = Callable[[list[Tensor]], list[int]]
+"""The lengths of the ``_VARYING`` texts of tensors of one family, summed per tensor."""
 
 
 def _marker(name: str) -> str:
@@ -37,15 +42,18 @@ def _marker(name: str) -> str:
 _PATH = _marker("path")
 
 
+_FAMILY_FIELDS = attrgetter(
+    "dtype.name", "shape", "stride", "storage_offset", "requires_grad", "is_parameter", "kind", "conj", "neg",
+    "type_name", "storage.dtype.name", "storage.location", "storage.numel", "storage.byteorder", "storage.compressed",
+    "storage.written")
+
+
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
     """What a sidecar holds besides the ``_VARYING`` values; None for tensors rendered whole."""
     storage = tensor.storage
     if storage is None or tensor.quantization is not None or storage.inline_data is not None:
         return None
-    return (tensor.dtype.name, tensor.shape, tensor.stride, tensor.storage_offset, tensor.requires_grad,
-            tensor.is_parameter, tensor.kind, tensor.conj, tensor.neg, tensor.type_name,
-            storage.dtype.name, storage.location, storage.numel, storage.byteorder, storage.compressed,
-            storage.written)
+    return _FAMILY_FIELDS(tensor)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -53,6 +61,7 @@ class _Template:
     text: str
     """``str.format`` text: field 0 is the key path, fields 1–4 the ``_VARYING`` values."""
     varying: _Varying
+    lengths: _Lengths
     fixed: int
     """Length of the text with every field empty."""
 
@@ -78,14 +87,23 @@ class SidecarMaker:
 
     def sizes(self, tensors: Iterable[Tensor]) -> list[int]:
         """``[len(self(t)) for t in tensors]``, without making the texts: a listing needs every sidecar's."""
-        sizes = []
+        tensors = list(tensors)
         path_text = self._paths.path_text
-        for tensor in tensors:
-            template = self._template(tensor)
+        if len(tensors) < _BULK:
+            templates = [self._template(tensor) for tensor in tensors]
+            return [len(self(t)) if p is None else p.fixed + len(path_text(t.trail)) + len("".join(p.varying(t)))
+                    for t, p in zip(tensors, templates)]
+        sizes = [0] * len(tensors)
+        families: dict[int, tuple[_Template, list[int]]] = {}
+        for index, template in enumerate(map(self._template, tensors)):
             if template is None:
-                sizes.append(len(self(tensor)))
+                sizes[index] = len(self(tensors[index]))
             else:
-                sizes.append(template.fixed + len(path_text(tensor.trail)) + len("".join(template.varying(tensor))))
+                families.setdefault(id(template), (template, []))[1].append(index)
+        for template, indices in families.values():
+            family = [tensors[index] for index in indices]
+            for index, tensor, length in zip(indices, family, template.lengths(family)):
+                sizes[index] = template.fixed + len(path_text(tensor.trail)) + length
         return sizes
 
     def _template(self, tensor: Tensor) -> _Template | None:
@@ -111,12 +129,12 @@ def _make_template(tensor: Tensor) -> _Template:
     text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
     for field, name in enumerate(_VARYING, 1):
         text = text.replace(dumps(_marker(name)), f"{{{field}}}", 1)
-    return _Template(text, _varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))
+    return _Template(text, *_varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))
 
 
-def _varying_of_family(tensor: Tensor) -> _Varying:
-    """The ``_VARYING`` texts of the tensor's family: whether its source is one range, and where in its storage
-    that range is, is the family's."""
+def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
+    """The ``_VARYING`` texts of the tensor's family, and their lengths in bulk: whether its source is one range,
+    and where in its storage that range is, is the family's."""
     assert tensor.storage is not None
     ranges = source_ranges(tensor)
     one_range = ranges is not None
@@ -129,4 +147,14 @@ def _varying_of_family(tensor: Tensor) -> _Varying:
         return (quote(storage.key), quote(storage.record), int.__repr__(offset),  # type: ignore[union-attr]
                 f"[[{first}, {first + nbytes}]]" if one_range else "null")
 
-    return varying
+    def lengths(tensors: list[Tensor]) -> list[int]:
+        storages = [t.storage for t in tensors]
+        found = [len(quote(s.key)) + len(quote(s.record)) + len(int.__repr__(s.offset))  # type: ignore[union-attr]
+                 for s in storages]
+        if not one_range:
+            return [length + len("null") for length in found]
+        firsts = [s.offset + delta for s in storages]  # type: ignore[union-attr]
+        return [length + len("[[, ]]") + len(int.__repr__(first)) + len(int.__repr__(first + nbytes))
+                for length, first in zip(found, firsts)]
+
+    return varying, lengths

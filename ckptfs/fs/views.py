@@ -34,12 +34,32 @@ Extents = Callable[[Tensor], "list[Extent] | None"]
 """``Checkpoint.extents``: where a tensor's bytes are stored as they are."""
 
 
+def data_sizes(tensors: Sequence[Tensor]) -> list[int]:
+    """The sizes of the tensors' files, ``[t.nbytes if t.has_data else 0 for t in tensors]``: once per dtype, shape
+    and kind, as a listing needs them all."""
+    known: dict[tuple[str, tuple[int, ...], str], int] = {}
+    sizes = []
+    for tensor in tensors:
+        if tensor.storage is None and tensor.chunks is None:
+            sizes.append(0)
+            continue
+        key = (tensor.dtype.name, tensor.shape, tensor.kind)
+        nbytes = known.get(key)
+        if nbytes is None:
+            nbytes = known[key] = tensor.nbytes
+        sizes.append(nbytes)
+    return sizes
+
+
 class View(Protocol):
     suffix: str
     slot: int
     """The file's inode number is the tensor entry's plus this (1 … ``SLOTS`` − 1)."""
 
     def shows(self, tensor: Tensor) -> bool: ...
+
+    def shown(self, tensors: Sequence[Tensor]) -> list[bool]:
+        """``[self.shows(t) for t in tensors]``, for a whole directory at once."""
 
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]: ...
 
@@ -57,6 +77,9 @@ class SidecarView:
 
     def shows(self, tensor: Tensor) -> bool:
         return True
+
+    def shown(self, tensors: Sequence[Tensor]) -> list[bool]:
+        return [True] * len(tensors)
 
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
         return self.maker.sizes(tensors)
@@ -78,6 +101,17 @@ class NpyView:
     def shows(self, tensor: Tensor) -> bool:
         return npy_dtype(tensor) is not None
 
+    def shown(self, tensors: Sequence[Tensor]) -> list[bool]:
+        known: dict[tuple[str, bool], bool] = {}
+        found = []
+        for tensor in tensors:
+            key = (tensor.dtype.name, tensor.has_data)
+            shows = known.get(key)
+            if shows is None:
+                shows = known[key] = self.shows(tensor)
+            found.append(shows)
+        return found
+
     def header(self, tensor: Tensor) -> bytes:
         found = npy_dtype(tensor)
         assert found is not None, "no .npy for this tensor"
@@ -90,7 +124,16 @@ class NpyView:
         return header
 
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
-        return [len(self.header(tensor)) + tensor.nbytes for tensor in tensors]
+        # A .npy is shown beside tensors with data only: its size is its dtype's and shape's.
+        known: dict[tuple[str, tuple[int, ...]], int] = {}
+        sizes = []
+        for tensor in tensors:
+            key = (tensor.dtype.name, tensor.shape)
+            size = known.get(key)
+            if size is None:
+                size = known[key] = len(self.header(tensor)) + tensor.nbytes
+            sizes.append(size)
+        return sizes
 
     def pieces(self, tensor: Tensor) -> list[Piece]:
         data = tensor_pieces(tensor, self._extents(tensor)) if tensor.nbytes else []
@@ -113,6 +156,9 @@ class QuantizationTensorView:
 
     def shows(self, tensor: Tensor) -> bool:
         return self._part(tensor) is not None
+
+    def shown(self, tensors: Sequence[Tensor]) -> list[bool]:
+        return [tensor.quantization is not None and self.shows(tensor) for tensor in tensors]
 
     def sizes(self, tensors: Sequence[Tensor]) -> list[int]:
         return [self._tensor(t).nbytes for t in tensors]

@@ -45,6 +45,10 @@ class MountOptions:
     """Dicts' dotted keys shown as directories (``fs.nest``)."""
     views: frozenset[str] = frozenset(VIEW_NAMES)
     """The views shown (``fs.views.VIEW_NAMES``): ``-o views=json,npy``, ``-o noviews``."""
+    cache_dir: str | None = None
+    """``-o cache_dir=DIR``: the cache folder (``--cache-dir``); None: the command's choice."""
+    no_cache: bool = False
+    """``-o nocache``: no cache on disk (``--no-cache``)."""
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
@@ -83,6 +87,8 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 views = []
             elif option == "nest":
                 changes["nest"] = True
+            elif option == "nocache":
+                changes["no_cache"] = True
             elif not has_value and name in FUSE_FLAGS:
                 changes[name] = True
             elif not has_value and name in KERNEL_FLAGS:
@@ -92,7 +98,7 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
             elif option == "rw":
                 if not rw_as_ro:
                     raise MountError("a ckptfs mount is read-only (ro is implied)", "-o rw")
-            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file"):
+            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir"):
                 changes[name] = _value(name, value)
             elif not sloppy:
                 raise MountError("unknown mount option (ckptfs mount --help lists them)", f"-o {option}")

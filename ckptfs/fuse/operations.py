@@ -237,11 +237,10 @@ class CheckpointFS:
         sizes = array.array("q", [0, 0])
         total = self.layout.listing_length(directory)
         for start in range(0, total, SIZES_WINDOW):
-            nodes = self.layout.listing_slice(directory, start, start + SIZES_WINDOW)
             try:
-                found = self.layout.sizes(nodes)
+                found = self.layout.listing_sizes(directory, start, start + SIZES_WINDOW)
             except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
-                found = [self._size(node) for node in nodes]
+                found = [self._size(node) for node in self.layout.listing_slice(directory, start, start + SIZES_WINDOW)]
             sizes.extend([min(size, MAX_FILE_SIZE) for size in found])
         listing = _Listing(directory, sizes)
         self._listed += len(sizes)

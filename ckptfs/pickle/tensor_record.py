@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any
 
 from ckptfs.pickle.machine import Machine
 
@@ -44,7 +43,6 @@ MAX_PUSHES = 16
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _TUPLE_OPS = {0x85: 1, 0x86: 2, 0x87: 3}
-_ABSENT = object()
 MAX_TUPLES = 4096
 _TUPLES: dict[bytes, list[int]] = {}
 """Sizes and strides by their opcodes, read once: a checkpoint has few distinct shapes."""
@@ -57,85 +55,88 @@ class _Fallback(Exception):
 def apply(u: Machine, match: re.Match[bytes]) -> bool:
     """Does what the record's opcodes do; False (nothing done) when they should run instead."""
     stack, limits, memo = u.stack, u.limits, u.memo
+    unpack = _U32.unpack_from
     # Near a limit the opcodes run, so that limit errors come in their order.
     if (not stack or len(u.metastack) + 2 > limits.max_stack_depth or limits.max_stack_depth < MAX_PUSHES
             or len(memo) + MAX_PUTS > limits.max_memo_entries):
         return False
-    g = match.groups()
-    undo: list[tuple[int, Any]] = []
-    try:
-        # Memo reads and writes in opcode order, before any call; should the opcodes have to run
-        # instead after all, the memo is put back as it was.
-        tag = _string(memo, g, 0, undo)
-        cls = _class(u, g, 4, undo)
-        key = _string(memo, g, 8, undo)
-        location = _string(memo, g, 12, undo)
-        numel = _int(g[16])
-        pid = (tag, cls, key, location, numel, None) if g[17] else (tag, cls, key, location, numel)
-        _put(memo, g[18], pid, undo)
-        size = _tuple(memo, g[20], g[21], undo)
-        stride = _tuple(memo, g[22], g[23], undo)
-        ordered_dict = _class(u, g, 25, undo)
-    except _Fallback:
-        while undo:
-            index, old = undo.pop()
-            if old is _ABSENT:
-                del memo[index]
-            else:
-                memo[index] = old
+    (tag_get, tag_length, tag_text, tag_put, cls_get, cls_module, cls_name, cls_put,
+     key_get, key_length, key_text, key_put, location_get, location_length, location_text, location_put,
+     numel_op, view, pid_put, offset_op, size_op, size_put, stride_op, stride_put, grad,
+     od_get, od_module, od_name, od_put, metadata_put, args_put, result_put) = match.groups()
+    # Everything that could make the opcodes run instead is checked before the memo is touched: the strings'
+    # declared lengths, the tuples' counts, and that every get finds its key. A get of a key a PUT of this
+    # same record would write first (torch never writes one) is left to the opcodes too. Nothing after
+    # these checks can fail, so the memo needs no undoing.
+    if ((tag_get is None and tag_length[0] != len(tag_text))
+            or (key_get is None and key_length[0] != len(key_text))
+            or (location_get is None and location_length[0] != len(location_text))):
         return False
+    size_items = _TUPLES.get(size_op)
+    stride_items = _TUPLES.get(stride_op)
+    try:
+        if size_items is None:
+            size_items = _tuple_items(size_op)
+        if stride_items is None:
+            stride_items = _tuple_items(stride_op)
+    except _Fallback:
+        return False
+    for get in (tag_get, cls_get, key_get, location_get, od_get):
+        if get is not None and (get[1] if get[0] == 0x68 else unpack(get, 1)[0]) not in memo:
+            return False
+    # The memo reads and writes, in opcode order (a memo index is ``op[1]`` of a BINGET/BINPUT, else the LONG_
+    # form's u32: inline, as a call per index costs as much as the rest of the record).
+    if tag_get is not None:
+        tag = memo[tag_get[1] if tag_get[0] == 0x68 else unpack(tag_get, 1)[0]]
+    else:
+        tag = tag_text.decode("ascii")
+        if tag_put is not None:
+            memo[tag_put[1] if tag_put[0] == 0x71 else unpack(tag_put, 1)[0]] = tag
+    if cls_get is not None:
+        cls = memo[cls_get[1] if cls_get[0] == 0x68 else unpack(cls_get, 1)[0]]
+    else:
+        cls = u.find_global(cls_module.decode("ascii"), cls_name.decode("ascii"))
+        if cls_put is not None:
+            memo[cls_put[1] if cls_put[0] == 0x71 else unpack(cls_put, 1)[0]] = cls
+    if key_get is not None:
+        key = memo[key_get[1] if key_get[0] == 0x68 else unpack(key_get, 1)[0]]
+    else:
+        key = key_text.decode("ascii")
+        if key_put is not None:
+            memo[key_put[1] if key_put[0] == 0x71 else unpack(key_put, 1)[0]] = key
+    if location_get is not None:
+        location = memo[location_get[1] if location_get[0] == 0x68 else unpack(location_get, 1)[0]]
+    else:
+        location = location_text.decode("ascii")
+        if location_put is not None:
+            memo[location_put[1] if location_put[0] == 0x71 else unpack(location_put, 1)[0]] = location
+    numel = _int(numel_op)
+    pid = (tag, cls, key, location, numel, None) if view else (tag, cls, key, location, numel)
+    memo[pid_put[1] if pid_put[0] == 0x71 else unpack(pid_put, 1)[0]] = pid
+    size = tuple(size_items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
+    if size_put is not None:
+        memo[size_put[1] if size_put[0] == 0x71 else unpack(size_put, 1)[0]] = size
+    stride = tuple(stride_items)
+    if stride_put is not None:
+        memo[stride_put[1] if stride_put[0] == 0x71 else unpack(stride_put, 1)[0]] = stride
+    if od_get is not None:
+        ordered_dict = memo[od_get[1] if od_get[0] == 0x68 else unpack(od_get, 1)[0]]
+    else:
+        ordered_dict = u.find_global(od_module.decode("ascii"), od_name.decode("ascii"))
+        if od_put is not None:
+            memo[od_put[1] if od_put[0] == 0x71 else unpack(od_put, 1)[0]] = ordered_dict
+    # The calls.
     storage = u.persistent_load(pid)
-    offset = _int(g[19])
-    requires_grad = g[24] == b"\x88"
+    offset = _int(offset_op)
     metadata = u.call(ordered_dict, ())
-    memo[_index(g[29])] = metadata
-    args = (storage, offset, size, stride, requires_grad, metadata)
-    memo[_index(g[30])] = args
+    memo[metadata_put[1] if metadata_put[0] == 0x71 else unpack(metadata_put, 1)[0]] = metadata
+    args = (storage, offset, size, stride, grad == b"\x88", metadata)
+    memo[args_put[1] if args_put[0] == 0x71 else unpack(args_put, 1)[0]] = args
     result = u.call(stack.pop(), args)
-    memo[_index(g[31])] = result
+    memo[result_put[1] if result_put[0] == 0x71 else unpack(result_put, 1)[0]] = result
     stack.append(result)
     u.pos = match.end()
     return True
-
-
-def _index(op: bytes) -> int:
-    """The memo index of a BINPUT/BINGET (``q.``, ``h.``) or LONG_BINPUT/LONG_BINGET opcode."""
-    return op[1] if len(op) == 2 else _U32.unpack_from(op, 1)[0]
-
-
-def _get(memo: dict[int, Any], op: bytes) -> Any:
-    try:
-        return memo[_index(op)]
-    except KeyError:
-        raise _Fallback from None
-
-
-def _put(memo: dict[int, Any], op: bytes | None, value: Any, undo: list[tuple[int, Any]]) -> None:
-    """The memo write of a PUT opcode, if there is one (``apply`` checked there is room: no limit check)."""
-    if op is None:
-        return
-    index = _index(op)
-    undo.append((index, memo.get(index, _ABSENT)))
-    memo[index] = value
-
-
-def _string(memo: dict[int, Any], g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
-    if g[at] is not None:
-        return _get(memo, g[at])
-    length, text = g[at + 1], g[at + 2]
-    if length[0] != len(text):
-        raise _Fallback
-    value = text.decode("ascii")
-    _put(memo, g[at + 3], value, undo)
-    return value
-
-
-def _class(u: Machine, g: tuple[Any, ...], at: int, undo: list[tuple[int, Any]]) -> Any:
-    if g[at] is not None:
-        return _get(u.memo, g[at])
-    value = u.find_global(g[at + 1].decode("ascii"), g[at + 2].decode("ascii"))
-    _put(u.memo, g[at + 3], value, undo)
-    return value
 
 
 def _int(raw: bytes) -> int:
@@ -147,15 +148,12 @@ def _int(raw: bytes) -> int:
     return _I32.unpack_from(raw, 1)[0]
 
 
-def _tuple(memo: dict[int, Any], raw: bytes, put: bytes | None, undo: list[tuple[int, Any]]) -> tuple[int, ...]:
-    items = _TUPLES.get(raw)
-    if items is None:
-        items = list(_parse_tuple(raw))
-        if len(_TUPLES) < MAX_TUPLES:
-            _TUPLES[raw] = items
-    value = tuple(items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
-    _put(memo, put, value, undo)
-    return value
+def _tuple_items(raw: bytes) -> list[int]:
+    """The items of a size or stride tuple's opcodes, kept in ``_TUPLES`` while it has room."""
+    items = list(_parse_tuple(raw))
+    if len(_TUPLES) < MAX_TUPLES:
+        _TUPLES[raw] = items
+    return items
 
 
 def _parse_tuple(raw: bytes) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint
+from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint, version_identity
 from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.file_object import FileObjectSource
 from ckptfs.sources.fsspec_source import FsspecSource
@@ -22,7 +22,7 @@ from ckptfs.sources.window import WindowSource
 
 __all__ = ["ByteSource", "BytesSource", "DirectorySource", "DiskCacheSetting", "FileObjectSource", "FsspecSource",
            "LocalFileSource", "PrefixSet", "RemoteOptions", "SourceSet", "SourceStat", "WindowSource", "hint_extents",
-           "is_url", "open_source", "tail_hint"]
+           "is_url", "open_source", "tail_hint", "version_identity"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -75,3 +75,14 @@ def hint_extents(source: ByteSource, extents: Iterable[tuple[int, int]]) -> None
     method = getattr(source, SET_EXTENTS, None)
     if callable(method):
         method(list(extents))
+
+
+IDENTITY = "identity"
+"""Optional attribute of a source: a string naming the exact version of its bytes (a remote object's URL, size
+and ETag or version id), or None where its store names none. The metadata cache keys remote entries by it."""
+
+
+def version_identity(source: ByteSource) -> str | None:
+    """The source's ``identity``, None when it declares none."""
+    identity = getattr(source, IDENTITY, None)
+    return identity if type(identity) is str and identity else None

@@ -30,6 +30,9 @@ class FsspecSource:
             raise NoSuchObjectError("a directory, not a checkpoint file", self.name)
         self.size = int(info.get("size") or 0)
         self._mtime_ns = _mtime_ns(info)
+        self.identity = _identity(self.name, self.size, self._mtime_ns, info)
+        """What names the object's version as its file system described it at open, or None where that names
+        none (no generation, version id, strong ETag nor content hash): the metadata cache's key for it."""
 
     @classmethod
     def from_url(cls, url: str, storage_options: Mapping[str, Any], name: str) -> FsspecSource:
@@ -92,6 +95,21 @@ def _info(fs: Any, path: str, name: str) -> dict[str, Any]:
         raise NoSuchObjectError("no such object", name) from None
     except Exception as exc:  # fsspec backends raise what their libraries raise
         raise SourceError(f"cannot open: {_describe(exc)}", name) from None
+
+
+VERSION_FIELDS = ("generation", "VersionId", "version_id", "ETag", "etag", "md5Hash", "crc32c", "blob_id")
+"""Fields of fsspec backends' ``info`` that change with the object's content (gcsfs, s3fs, adlfs, hf ...)."""
+
+
+def _identity(name: str, size: int, mtime_ns: int, info: dict[str, Any]) -> str | None:
+    fields = {key: str(info[key]) for key in VERSION_FIELDS if isinstance(info.get(key), (str, int))
+              and str(info[key]) and not str(info[key]).startswith("W/")}
+    lfs = info.get("lfs")
+    if isinstance(lfs, dict) and isinstance(lfs.get("sha256"), str):
+        fields["lfs.sha256"] = lfs["sha256"]
+    if not fields:
+        return None
+    return "\n".join([name, str(size), str(mtime_ns), *(f"{key}={value}" for key, value in sorted(fields.items()))])
 
 
 def _describe(exc: Exception) -> str:

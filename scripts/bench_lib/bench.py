@@ -54,7 +54,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many", "cache")
-OPTIONAL_SECTIONS = ("views", "scale")
+OPTIONAL_SECTIONS = ("views", "scale", "remote")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -620,7 +620,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"} or a.remote:  # the scale case makes its own checkpoint
+        if set(a.sections) - {"scale"}:  # the scale case makes its own checkpoint
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
@@ -1066,7 +1066,7 @@ class Bench:
                 run_cached(self, log)
             if "views" in a.sections:
                 views.run(self, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
-            if a.remote:
+            if "remote" in a.sections:
                 import remote
 
                 self.res.meta["remote_table"] = remote.run(self)
@@ -1161,8 +1161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckptfs-env", action="append", default=[], metavar="K=V",
                    help="environment variable for the ckptfs daemon (repeatable)")
     p.add_argument("--remote", action="store_true",
-                   help="also mount the checkpoints as s3:// URLs over nginx on loopback, against S3 clients "
-                        "(remote.py; --sections '' for this alone)")
+                   help="add the remote section: the checkpoints as s3:// URLs over nginx and radosgw on loopback, "
+                        "against S3 clients (remote.py; --sections remote for this alone)")
     p.add_argument("--allow-no-ckptfs", action="store_true",
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)

@@ -1,118 +1,42 @@
-"""``scripts/bench --remote``: ckptfs mounts of s3:// URLs against S3 clients reading the same bytes.
+"""``scripts/bench --sections remote`` (or ``--remote``): ckptfs mounts of s3:// URLs against S3 clients reading
+the same bytes, over nginx (a path-style S3 stand-in) and Ceph's radosgw on 127.0.0.1 (``remote_stores.py``).
 
-nginx on 127.0.0.1 serves the benchmark's checkpoints as a path-style, read-only S3 stand-in (it ignores
-signatures; its access log counts requests). For each: ``ckptfs mount`` of the 1 GiB and the 20,000-tensor
-checkpoints (requests, seconds); the first sequential read (``cat``) of the 1 GiB tensor through a fresh mount
-against one ranged GET of the same bytes by boto3, obstore's ``get_range`` and s3torchconnector's sequential
-and range-based readers (``force_path_style``, dummy credentials); ``np.memmap(...).sum()`` through a fresh
-mount; random 4 KiB ``pread``s through a mount against bare keep-alive ranged GETs (``http.client``).
-Ratios against issue 13's targets. The clients are bench-only: ``scripts/bench --remote`` installs them.
+For each server: ``ckptfs mount`` of the 1 GiB and the 20,000-tensor checkpoints (requests, seconds); the first
+sequential read (``cat``) of the 1 GiB tensor through a fresh mount against one ranged GET of the same bytes by
+boto3, obstore's ``get_range`` and s3torchconnector's sequential and range-based readers (``force_path_style``);
+ckptfs's remote reader alone in process (``remote_reader.py``: what the reader does without FUSE);
+``np.memmap(...).sum()`` through a fresh mount; random 4 KiB ``pread``s through a mount against bare keep-alive
+ranged GETs (``http.client``). Once a run, the same ``cat`` through a mount of the local file: the FUSE path's
+own limit, which bounds a remote mount's. Ratios against issue 13's targets. The clients are bench-only:
+``scripts/bench`` installs them when the section is asked for.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import http.client
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
+from remote_stores import BUCKET, NginxStore, RadosgwStore, missing_radosgw
 
 if TYPE_CHECKING:
     from bench import Bench
 
 MiB = 1 << 20
-BUCKET = "bkt"
 RANDOM_READS = 300
 CLIENTS = ("boto3", "obstore", "s3tc_sequential", "s3tc_range")
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-
-
-class NginxS3:
-    """nginx serving ``root`` on a free loopback port; ``root/bkt/KEY`` answers path-style S3 GETs."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.root = base / "www"
-        (self.root / BUCKET).mkdir(parents=True, exist_ok=True)
-        self.log = base / "access.log"
-        self.log.write_text("")
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = base / "nginx.conf"
-        temp = base / "tmp"
-        config.write_text(f"""
-master_process off;
-daemon off;
-pid {base}/nginx.pid;
-error_log {base}/error.log;
-events {{ worker_connections 256; }}
-http {{
-    log_format counted '$request_method $uri "$http_range" $status $body_bytes_sent';
-    access_log {self.log} counted;
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    client_body_temp_path {temp}; proxy_temp_path {temp}; fastcgi_temp_path {temp};
-    uwsgi_temp_path {temp}; scgi_temp_path {temp};
-    server {{ listen 127.0.0.1:{self.port}; root {self.root}; }}
-}}
-""")
-        binary = shutil.which("nginx") or "/usr/sbin/nginx"
-        self.process = subprocess.Popen([binary, "-p", str(base), "-c", str(config), "-e", f"{base}/error.log"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 20
-        while True:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            if self.process.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"nginx did not start: {(base / 'error.log').read_text()[-500:]}")
-            time.sleep(0.05)
-
-    def publish(self, path: str, key: str) -> None:
-        target = self.root / BUCKET / key
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copyfile(path, target)
-
-    def mark(self) -> int:
-        return len(self.log.read_text().splitlines())
-
-    def since(self, mark: int) -> list[tuple[str, int]]:
-        """(range, bytes sent) of each GET since ``mark``."""
-        found = []
-        for line in self.log.read_text().splitlines()[mark:]:
-            method, _, rest = line.split(" ", 2)
-            quoted, _status, sent = rest.rsplit(" ", 2)
-            if method == "GET":
-                found.append((quoted.strip('"'), int(sent)))
-        return found
-
-    def close(self) -> None:
-        self.process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        if self.process.poll() is None:
-            self.process.kill()
+Store = Union[NginxStore, RadosgwStore]
 
 
 def ensure_clients() -> list[str]:
-    """The clients importable here (``scripts/bench --remote`` pip-installs them first)."""
+    """The clients importable here (``scripts/bench`` pip-installs them for the remote section)."""
     present = []
     for module, names in (("boto3", ["boto3"]), ("obstore", ["obstore"]),
                           ("s3torchconnector", ["s3tc_sequential", "s3tc_range"])):
@@ -124,9 +48,11 @@ def ensure_clients() -> list[str]:
     return present
 
 
-def client_readers(url: str, key: str) -> dict[str, Callable[[int, int], int]]:
+def client_readers(store: Store, key: str) -> dict[str, Callable[[int, int], int]]:
     """name -> read(offset, length) giving the bytes read, one client each, made once (its connections warm)."""
-    os.environ.update({k: os.environ.get(k, v) for k, v in DUMMY_CREDENTIALS.items()})
+    os.environ.update(store.env)  # s3torchconnector's client takes its credentials from the environment
+    access, secret = store.env["AWS_ACCESS_KEY_ID"], store.env["AWS_SECRET_ACCESS_KEY"]
+    url = store.url
     readers: dict[str, Callable[[int, int], int]] = {}
     present = ensure_clients()
     if "boto3" in present:
@@ -134,8 +60,9 @@ def client_readers(url: str, key: str) -> dict[str, Callable[[int, int], int]]:
         from botocore import UNSIGNED
         from botocore.config import Config
 
-        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                              config=Config(signature_version=UNSIGNED, s3={"addressing_style": "path"}))
+        config = Config(s3={"addressing_style": "path"}, **({} if store.signed else {"signature_version": UNSIGNED}))
+        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=access,
+                              aws_secret_access_key=secret, config=config)
 
         def boto(offset: int, length: int) -> int:
             body = client.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={offset}-{offset + length - 1}")["Body"]
@@ -146,9 +73,11 @@ def client_readers(url: str, key: str) -> dict[str, Callable[[int, int], int]]:
         import obstore
         from obstore.store import S3Store
 
-        store = S3Store(BUCKET, endpoint=url, skip_signature=True, virtual_hosted_style_request=False,
-                        region="us-east-1", client_options={"allow_http": True})
-        readers["obstore"] = lambda offset, length: len(obstore.get_range(store, key, start=offset,
+        signing: dict[str, Any] = ({"access_key_id": access, "secret_access_key": secret} if store.signed
+                                   else {"skip_signature": True})
+        s3store = S3Store(BUCKET, endpoint=url, virtual_hosted_style_request=False, region="us-east-1",
+                          client_options={"allow_http": True}, **signing)
+        readers["obstore"] = lambda offset, length: len(obstore.get_range(s3store, key, start=offset,
                                                                           end=offset + length))
     if "s3tc_sequential" in present:
         from s3torchconnector import S3ReaderConstructor
@@ -189,74 +118,119 @@ class RemoteBench:
         values = self.figures.get(key)
         return statistics.median(values) if values else None
 
-    def mount(self, server: NginxS3, key: str, tag: str) -> tuple[Any, int]:
-        """A fresh ckptfs mount of s3://bkt/KEY; the GETs it made."""
+    def mount(self, store: Store, key: str, tag: str) -> tuple[Any, int | None]:
+        """A fresh ckptfs mount of s3://bkt/KEY; the GETs it made (None where the server does not count them)."""
         bench = self.bench
         assert bench.mounts is not None
         mnt = str(bench.workdir / "mnt" / tag)
         argv, env = bench.ckptfs_argv(f"s3://{BUCKET}/{key}", mnt)
-        argv += ["--endpoint-url", server.url, "--anonymous"]
-        mark = server.mark()
+        argv += store.mount_args
+        env.update(store.env)
+        mark = store.mark()
         m = bench.mounts.start(tag, argv, mnt, env=env, daemon=bench.args.mount_mode == "daemon")
-        return m, len(server.since(mark))
+        return m, store.gets_since(mark, 1)
 
     def run(self) -> str:
         bench = self.bench
-        server = NginxS3(bench.workdir / "remote-nginx")
-        try:
-            server.publish(bench.big, "big.pt")
-            server.publish(bench.many, "many.pt")
-            self.measure(server)
-        finally:
-            server.close()
-        return self.table()
+        stores: list[Callable[[Path], Store]] = [NginxStore]
+        if missing_radosgw():
+            bench_log(f"radosgw is not measured: {', '.join(missing_radosgw())} missing "
+                      "(apt-get install radosgw ceph-mon ceph-osd ceph-common)")
+        else:
+            stores.append(RadosgwStore)
+        tables = []
+        for make in stores:
+            bench_log(f"remote: starting {make.name}")
+            store = make(bench.workdir / f"remote-{make.name}")
+            try:
+                store.publish(bench.big, "big.pt")
+                store.publish(bench.many, "many.pt")
+                self.measure(store)
+            finally:
+                store.close()
+            tables.append(self.table(store.name))
+        return "\n\n".join(tables)
 
-    def measure(self, server: NginxS3) -> None:
+    def measure(self, store: Store) -> None:
         bench = self.bench
         assert bench.mounts is not None
         offset, length = bench.big_off, bench.big_len
         gb = length / 1e9
-        readers = client_readers(server.url, "big.pt")
-        bare = http.client.HTTPConnection("127.0.0.1", server.port)
+        readers = client_readers(store, "big.pt")
+        bare = http.client.HTTPConnection("127.0.0.1", int(store.url.rpartition(":")[2]))
+        bare_target = store.bare_target("big.pt")
         expected = float(np.memmap(bench.big, dtype="<f4", mode="r", offset=offset, shape=(length // 4,)).sum())
+        tag = store.name
         for run_i in range(self.runs):
-            bench_log(f"remote (nginx as S3), run {run_i + 1}/{self.runs}")
+            bench_log(f"remote ({tag}), run {run_i + 1}/{self.runs}")
+            self.add(f"{tag}:seq_local_fuse", self.local_cat(), "GB/s")
             for key, label in (("many.pt", "many"), ("big.pt", "big")):
-                m, requests = self.mount(server, key, f"remote-{label}")
-                self.add(f"mount_{label}_s", m.ready_s, "s")
-                self.add(f"mount_{label}_requests", requests, "requests")
+                m, requests = self.mount(store, key, f"remote-{label}")
+                self.add(f"{tag}:mount_{label}_s", m.ready_s, "s")
+                if requests is not None:
+                    self.add(f"{tag}:mount_{label}_requests", requests, "requests")
                 bench.mounts.stop(m)
-            m, _ = self.mount(server, "big.pt", "remote-seq")
+            m, _ = self.mount(store, "big.pt", "remote-seq")
             path = tensor_file(m.mnt, length)
             started = time.perf_counter()
             subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
-            self.add("seq_ckptfs", gb / (time.perf_counter() - started), "GB/s")
+            self.add(f"{tag}:seq_ckptfs", gb / (time.perf_counter() - started), "GB/s")
             bench.mounts.stop(m)
+            self.add(f"{tag}:seq_reader", self.reader_alone(store), "GB/s")
             for name, read in readers.items():
                 started = time.perf_counter()
                 got = read(offset, length)
                 elapsed = time.perf_counter() - started
                 if got != length:
                     raise RuntimeError(f"{name} read {got} of {length} bytes")
-                self.add(f"seq_{name}", gb / elapsed, "GB/s")
+                self.add(f"{tag}:seq_{name}", gb / elapsed, "GB/s")
                 gc.collect()
-            m, _ = self.mount(server, "big.pt", "remote-memmap")
+            m, _ = self.mount(store, "big.pt", "remote-memmap")
             path = tensor_file(m.mnt, length)
             started = time.perf_counter()
             total = float(np.memmap(path, dtype="<f4", mode="r", shape=(length // 4,)).sum())
-            self.add("memmap_ckptfs", gb / (time.perf_counter() - started), "GB/s")
+            self.add(f"{tag}:memmap_ckptfs", gb / (time.perf_counter() - started), "GB/s")
             if total != expected:
                 raise RuntimeError(f"memmap sum through the remote mount {total} != {expected} (the file's)")
             gc.collect()
             bench.mounts.stop(m)
-            m, _ = self.mount(server, "big.pt", "remote-rand")
-            through, direct = self.random_reads(tensor_file(m.mnt, length), bare, offset, length, run_i)
-            self.add("rand_ckptfs_us", through, "us")
-            self.add("rand_bare_us", direct, "us")
+            m, _ = self.mount(store, "big.pt", "remote-rand")
+            through, direct = self.random_reads(tensor_file(m.mnt, length), bare, bare_target, offset, length,
+                                                run_i)
+            self.add(f"{tag}:rand_ckptfs_us", through, "us")
+            self.add(f"{tag}:rand_bare_us", direct, "us")
             bench.mounts.stop(m)
         bare.close()
 
-    def random_reads(self, path: str, bare: http.client.HTTPConnection, base: int, length: int,
+    def local_cat(self) -> float:
+        """GB/s of ``cat`` of the big tensor through a fresh ckptfs mount of the local file (in page cache): the
+        FUSE path's limit, measured beside the remote figures."""
+        bench = self.bench
+        assert bench.mounts is not None
+        mnt = str(bench.workdir / "mnt" / "remote-local")
+        argv, env = bench.ckptfs_argv(str(bench.big), mnt)
+        m = bench.mounts.start("remote-local", argv, mnt, env=env, daemon=bench.args.mount_mode == "daemon")
+        try:
+            path = tensor_file(m.mnt, bench.big_len)
+            subprocess.run(["cat", str(bench.big)], stdout=subprocess.DEVNULL, check=True)  # the source in cache
+            started = time.perf_counter()
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+            return bench.big_len / 1e9 / (time.perf_counter() - started)
+        finally:
+            bench.mounts.stop(m)
+
+    def reader_alone(self, store: Store) -> float:
+        """GB/s of ckptfs's remote reader in process, the ckptfs the mounts run (``remote_reader.py``)."""
+        bench = self.bench
+        _argv, env = bench.ckptfs_argv("-", "-")
+        env.update(store.env)
+        script = Path(__file__).with_name("remote_reader.py")
+        argv = [sys.executable, "-P", str(script), f"s3://{BUCKET}/big.pt", str(bench.big_off), str(bench.big_len),
+                *store.mount_args[1:]]
+        out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+        return float(out.split()[-1])
+
+    def random_reads(self, path: str, bare: http.client.HTTPConnection, target: str, base: int, length: int,
                      seed: int) -> tuple[float, float]:
         """Median µs of a 4 KiB pread through the mount and of a bare ranged GET, at the same offsets."""
         rng = random.Random(seed)
@@ -270,19 +244,23 @@ class RemoteBench:
                 os.pread(fd, 4096, at)
                 through.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                bare.request("GET", f"/{BUCKET}/big.pt", headers={"Range": f"bytes={base + at}-{base + at + 4095}"})
-                bare.getresponse().read()
+                bare.request("GET", target, headers={"Range": f"bytes={base + at}-{base + at + 4095}"})
+                response = bare.getresponse()
+                if len(response.read()) != 4096 or response.status != 206:
+                    raise RuntimeError(f"a bare ranged GET answered {response.status}")
                 direct.append(time.perf_counter() - started)
         finally:
             os.close(fd)
         return statistics.median(through) * 1e6, statistics.median(direct) * 1e6
 
-    def table(self) -> str:
+    def table(self, tag: str) -> str:
         big, many = f"{self.bench.big_len / MiB:.0f} MiB", f"{self.bench.n_many}-tensor"
         labels = {
             "mount_big_requests": f"mount {big} checkpoint: GETs", "mount_big_s": f"mount {big} checkpoint",
             "mount_many_requests": f"mount {many} checkpoint: GETs", "mount_many_s": f"mount {many} checkpoint",
             "seq_ckptfs": "first read of the tensor: cat through the mount",
+            "seq_reader": "  ckptfs's remote reader alone, in process (1 MiB reads)",
+            "seq_local_fuse": "  cat through a mount of the local file (the FUSE path's limit)",
             "seq_boto3": "  boto3, one ranged GET", "seq_obstore": "  obstore get_range",
             "seq_s3tc_sequential": "  s3torchconnector sequential reader",
             "seq_s3tc_range": "  s3torchconnector range-based reader",
@@ -290,31 +268,42 @@ class RemoteBench:
             "rand_ckptfs_us": "random 4 KiB pread through the mount (median)",
             "rand_bare_us": "  a bare ranged GET of 4 KiB (median)",
         }
-        rows = [("figure (nginx as S3 on loopback)", "median", "runs")]
+        rows = [(f"figure ({tag} as S3 on loopback)", "median", "runs")]
         for key, label in labels.items():
-            value = self.median(key)
-            if value is not None:
-                rows.append((label, show(value, self.units[key]), " ".join(show(v, self.units[key], False)
-                                                                            for v in self.figures[key])))
-        clients = [c for c in CLIENTS if self.median(f"seq_{c}") is not None]
-        best = max((self.median(f"seq_{c}") or 0.0 for c in clients), default=0.0)
-        s3tc = max((self.median(f"seq_{c}") or 0.0 for c in clients if c.startswith("s3tc")), default=0.0)
-        seq = self.median("seq_ckptfs") or 0.0
-        checks = [
-            (f"mount GETs, {big} / {many}", f"{self.median('mount_big_requests'):.0f} / "
-             f"{self.median('mount_many_requests'):.0f}", "<= 2",
-             max(self.median("mount_big_requests") or 0, self.median("mount_many_requests") or 0) <= 2),
+            values = self.figures.get(f"{tag}:{key}")
+            if values:
+                unit = self.units[f"{tag}:{key}"]
+                rows.append((label, show(statistics.median(values), unit),
+                             " ".join(show(v, unit, False) for v in values)))
+
+        def med(key: str) -> float:
+            return self.median(f"{tag}:{key}") or 0.0
+
+        clients = [c for c in CLIENTS if med(f"seq_{c}")]
+        best = max((med(f"seq_{c}") for c in clients), default=0.0)
+        s3tc = max((med(f"seq_{c}") for c in clients if c.startswith("s3tc")), default=0.0)
+        seq, limit = med("seq_ckptfs"), med("seq_local_fuse")
+        checks: list[tuple[str, str, str, Any]] = []
+        if self.figures.get(f"{tag}:mount_big_requests"):
+            checks.append((f"mount GETs, {big} / {many}", f"{med('mount_big_requests'):.0f} / "
+                           f"{med('mount_many_requests'):.0f}", "<= 2",
+                           max(med("mount_big_requests"), med("mount_many_requests")) <= 2))
+        checks += [
             ("sequential / best single-stream client", ratio(seq, best), ">= 0.8x", best and seq / best >= 0.8),
+            ("  limit: local-file cat through FUSE / best client", ratio(limit, best), "(bound)",
+             best and limit / best >= 0.8),
+            ("  sequential / that limit", ratio(seq, limit), "", None),
+            ("  reader alone, no FUSE / best client", ratio(med("seq_reader"), best), "", None),
             ("sequential / s3torchconnector (better reader)", ratio(seq, s3tc), ">= 1x", s3tc and seq / s3tc >= 1),
-            ("memmap sum / sequential cat", ratio(self.median("memmap_ckptfs") or 0, seq), ">= 0.7x",
-             seq and (self.median("memmap_ckptfs") or 0) / seq >= 0.7),
-            ("random 4 KiB / bare GET", ratio(self.median("rand_ckptfs_us") or 0, self.median("rand_bare_us") or 0),
-             "<= 1.5x", (self.median("rand_ckptfs_us") or 0) <= 1.5 * (self.median("rand_bare_us") or 0)),
+            ("memmap sum / sequential cat", ratio(med("memmap_ckptfs"), seq), ">= 0.7x",
+             seq and med("memmap_ckptfs") / seq >= 0.7),
+            ("random 4 KiB / bare GET", ratio(med("rand_ckptfs_us"), med("rand_bare_us")), "<= 1.5x",
+             med("rand_ckptfs_us") <= 1.5 * med("rand_bare_us")),
         ]
         lines = render(rows)
         lines.append("")
-        lines += render([("check (issue 13)", "value", "target", "met")] +
-                        [(a, b, c, "yes" if d else "NO") for a, b, c, d in checks])
+        lines += render([(f"check (issue 13, {tag})", "value", "target", "met")] +
+                        [(a, b, c, "-" if d is None else "yes" if d else "NO") for a, b, c, d in checks])
         return "\n".join(lines)
 
 

@@ -13,4 +13,5 @@ import ckptfs.cache
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS", 0)
+    monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS_BY_FORMAT", {})
     return tmp_path / "cache"

@@ -23,7 +23,7 @@ from ckptfs.fs.layout import Layout
 from cache.fingerprint import fingerprint
 from cache.helpers import entries
 
-CACHED_FORMATS = {"zip", "torchscript", "legacy"}
+CACHED_FORMATS = {"zip", "torchscript", "legacy", "pt2"}
 
 
 class Odd:

@@ -47,3 +47,40 @@ def test_cache_dir_option(many: Path, tmp_path: Path) -> None:
     home, chosen = tmp_path / "xdg", tmp_path / "chosen"
     run("ls", "--cache-dir", chosen, many, cache_home=home)
     assert len(entries(chosen)) == 1 and not home.exists()
+
+
+def unusable_folder(tmp_path: Path, how: str) -> Path:
+    """A --cache-dir ckptfs cannot use: a file, or a folder whose metadata/ is another user's or not writable."""
+    folder = tmp_path / "cache"
+    if how == "a file":
+        folder.write_bytes(b"")
+        return folder
+    (folder / "metadata").mkdir(parents=True)
+    if how == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("making a folder another user's needs root")
+        os.chown(folder / "metadata", 65534, 65534)
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write any folder")
+        (folder / "metadata").chmod(0o500)
+    return folder
+
+
+REASONS = {"a file": "cache folder {}/metadata: Not a directory",
+           "another user's": "cache folder {}/metadata: not a directory owned by this user",
+           "not writable": "cache folder {}/metadata: not readable and writable by this user"}
+
+
+@pytest.mark.parametrize("how", REASONS)
+def test_an_unusable_cache_dir_is_one_warning_and_no_cache(many: Path, tmp_path: Path, how: str) -> None:
+    folder = unusable_folder(tmp_path, how)
+    home = tmp_path / "xdg"
+    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
+    result = subprocess.run([*CLI, "ls", "--cache-dir", str(folder), str(many)], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0
+    assert result.stdout == run("ls", "--no-cache", many, cache_home=home)
+    assert result.stderr.splitlines() == [f"ckptfs: warning: --cache-dir {folder} is unusable: "
+                                          f"{REASONS[how].format(folder)}; going on without the cache"]
+    assert not home.exists() and (how == "a file" or not any((folder / "metadata").iterdir()))

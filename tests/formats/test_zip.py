@@ -192,6 +192,40 @@ def test_zip64_opens_in_two_reads_without_local_headers(zip64_checkpoint: Path) 
                                                              if "/data/" in r}
 
 
+
+def _directory_shuffled(source: Path, target: Path, seed: int) -> Path:
+    """The same bytes with the central directory's entries in another order than the records they describe (the
+    end records, torch's zip64 one too, stay true: same count, size and offset)."""
+    raw = source.read_bytes()
+    eocd = raw.rindex(b"PK\x05\x06")
+    count, size, offset = struct.unpack_from("<HII", raw, eocd + 10)
+    entries, pos = [], offset
+    for _ in range(count):
+        name_length, extra_length, comment_length = struct.unpack_from("<HHH", raw, pos + 28)
+        end = pos + 46 + name_length + extra_length + comment_length
+        entries.append(raw[pos:end])
+        pos = end
+    assert pos == offset + size
+    shuffled = entries[:]
+    while shuffled == entries:
+        random.Random(seed).shuffle(shuffled)
+        seed += 1
+    target.write_bytes(raw[:offset] + b"".join(shuffled) + raw[offset + size :])
+    return target
+
+
+def test_directory_in_another_order_than_the_records(tmp_path: Path) -> None:
+    """Each record's successor (which bounds its data) is found by offset, not by directory order."""
+    source = _many_storages(tmp_path, 16)
+    path = _directory_shuffled(source, tmp_path / "shuffled.pt", seed=16)
+    ck, counting = _open_counting(path)
+    with ck:
+        assert len(counting.reads) == 2, counting.reads  # offsets still computed, no local header read
+        assert {t.path: ck.read(t) for t in ck} == {(f"w{i}",): torch.full((4096,), i, dtype=torch.int32)
+                                                    .numpy().tobytes() for i in range(16)}
+    assert_storage_offsets_match_zipfile(path).close()
+
+
 # -- archives re-zipped by other tools ---------------------------------------------------
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import safetensors.torch
 import torch
-from corpus import save_zip, torch_bytes
+from corpus import CORPUS_NAMES, CorpusFile, save_zip, torch_bytes
 
 import ckptfs
 from ckptfs.checkpoint import Checkpoint
@@ -18,8 +20,11 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
-from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, SafetensorsFile, key_name
+from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, Member, SafetensorsFile, key_name
 from ckptfs.limits import Limits
+from ckptfs.model.dtypes import DTYPES
+from ckptfs.model.encoding import has_surrogates
+from ckptfs.model.records import Storage, Tensor, contiguous_strides
 
 
 def whole(layout: Layout, ck: Checkpoint, path: str) -> bytes:
@@ -113,3 +118,72 @@ def test_names_and_paths_that_are_not_utf8_still_make_a_json_header() -> None:
     assert metadata["source"] == "/data/m\ufffd.pt"
     assert json.loads(metadata["left_out"]) == [["w\udc8c", "name not UTF-8"]]
     assert made.size == len(made.header)
+
+
+def _reference_header(members: list[tuple[str, Tensor]], left_out: list[LeftOut], source: str) -> bytes:
+    """The header as ``json.dumps`` of one dict gives it, padded as the spec says: what the arithmetic must match."""
+    left = json.dumps([list(item) for item in left_out],
+                      ensure_ascii=not all(not has_surrogates(item.name) for item in left_out))
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "source": source, "left_out": left}}
+    offset = 0
+    for name, tensor in sorted(members, key=lambda member: -member[1].itemsize):
+        shape = list(tensor.shape)
+        if tensor.dtype.name == "float4_e2m1fn_x2":
+            shape[-1] *= 2
+        header[name] = {"dtype": DTYPE_NAMES[tensor.dtype.name], "shape": shape,
+                        "data_offsets": [offset, offset + tensor.nbytes]}
+        offset += tensor.nbytes
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def _record(dtype: str, shape: tuple[int, ...]) -> Tensor:
+    return Tensor(DTYPES[dtype], shape, contiguous_strides(shape), 0, Storage("0", DTYPES[dtype], "cpu", 0))
+
+
+_names = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ['"', "\\", "a\nb", "\x00\x1f\x7f", "é", "日本", "\U0001f600", "\u2028", "x" * 40])
+_dims = st.lists(st.integers(0, 1 << 40) | st.integers(0, 12), max_size=4).map(tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(members=st.lists(st.tuples(_names, st.sampled_from(sorted(DTYPE_NAMES) + ["float4_e2m1fn_x2"]), _dims),
+                        max_size=30, unique_by=lambda member: member[0]),
+       left_out=st.lists(st.tuples(_names, st.sampled_from(["quantized", "no data"])), max_size=3),
+       source=_names)
+def test_header_length_is_computed_without_the_header(members: list[tuple[str, str, tuple[int, ...]]],
+                                                       left_out: list[tuple[str, str]], source: str) -> None:
+    """The size (a listing's) is arithmetic on the members; the header made when read is exactly that long and is
+    what ``json.dumps`` of the header's dict gives, for any names (quotes, escapes, control characters, unicode),
+    dtypes, shapes (empty tensors, offsets of any length)."""
+    found = [Member(name, _record(dtype, shape)) for name, dtype, shape in members
+             if name != "__metadata__" and (shape or dtype != "float4_e2m1fn_x2")]  # as ``members`` leaves out
+    left = [LeftOut(*item) for item in left_out]
+    made = SafetensorsFile(found, left, source, 1 << 30)
+    data_length = sum(member.tensor.nbytes for member in found)
+    assert made.size == made.header_length + data_length
+    assert made._header is None  # noqa: SLF001 - the listing's size must not have made it
+    expected = _reference_header([(m.name, m.tensor) for m in found], left, source)
+    assert made.header == expected and len(made.header) == made.header_length
+
+
+def test_header_length_with_offsets_beyond_int64() -> None:
+    """Hostile shapes can give offsets past 2**63: counted with Python ints, exactly."""
+    found = [Member(f"t{n}", _record("float64", (1 << 31, 1 << 31, 1 << 2))) for n in range(3)]
+    made = SafetensorsFile(found, [], "s", 1 << 20)
+    assert made.header == _reference_header([(m.name, m.tensor) for m in found], [], "s")
+    assert len(made.header) == made.header_length and made.size == made.header_length + 3 * (1 << 67)
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus_sizes_are_the_bytes_made(corpus: dict[str, CorpusFile], name: str) -> None:
+    with ckptfs.open(corpus[name].path) as ck:
+        layout = Layout(ck)
+        for path in layout.safetensors_paths():
+            node = layout.lookup("/" + path)
+            assert node is not None
+            size = layout.size(node)
+            made = layout.safetensors(node)
+            assert made._header is None  # noqa: SLF001
+            assert size == made.size == sum(len(piece_bytes(piece, ck.read)) for piece in made.pieces(ck.extents))

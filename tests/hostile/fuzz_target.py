@@ -18,12 +18,13 @@ import zlib
 import ckptfs
 from ckptfs.cli.info import description_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
-from ckptfs.errors import CkptfsError, SourceError
+from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
-from ckptfs.sources import ByteSource, BytesSource
-from hostile.fuzz_cache import ENTRY_INPUT, entry_sections, mutated_input, open_entry_input
+from ckptfs.sources import BytesSource
+from hostile.fuzz_cache import ENTRY_INPUT, ENTRY_MEMBER, entry_sections, mutated_input, open_entry_input
+from hostile.memory_directory import BytesDirectory
 
 MAX_NODES = 2000
 """Layout entries visited per input (a mutated file can be large; the budget keeps the rate up)."""
@@ -41,48 +42,10 @@ Input = bytes | dict[str, bytes]
 """A file's bytes, or a directory's files."""
 
 
-class BytesDirectory:
-    """A directory's files held in memory, as a ``SourceSet`` (what ``DirectorySource`` is for a directory on disk)."""
-
-    def __init__(self, files: dict[str, bytes], name: str = "fuzz.dcp") -> None:
-        self.name = name
-        self._files = {member: BytesSource(data, f"{name}/{member}") for member, data in sorted(files.items())}
-        self._sizes = {member: source.size for member, source in self._files.items()}
-        self.size = sum(self._sizes.values())
-
-    def names(self) -> dict[str, int]:
-        return self._sizes
-
-    def open(self, member: str) -> ByteSource:
-        source = self._files.get(member)
-        if source is None:
-            raise SourceError(f"no file {member!r} in the directory", self.name)
-        return source
-
-    def head(self, member: str, length: int) -> bytes:
-        source = self._files.get(member)
-        return b"" if source is None else source.read(0, min(length, source.size))
-
-    def read(self, offset: int, length: int) -> bytes:
-        raise SourceError("a directory has no bytes of its own: read its files", self.name)
-
-    def fileno(self) -> None:
-        return None
-
-    def stat(self) -> None:
-        return None
-
-    def reopen(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def exercise(data: Input, rng: random.Random) -> None:
     try:
         if isinstance(data, dict):
-            opened = ckptfs.open(BytesDirectory(data))
+            opened = open_entry_input(data) if ENTRY_MEMBER in data else ckptfs.open(BytesDirectory(data))
         elif data.startswith(ENTRY_INPUT):
             opened = open_entry_input(data)
         else:
@@ -151,15 +114,17 @@ class Mutator:
         self.rng = rng
         self.regions = [_pickle_region(s) for s in self.seeds]
         """Where each seed's pickle is: a zip's stored data.pkl, or the head of a legacy file."""
-        self.entries = [(sections, seed) for seed in self.seeds if (sections := entry_sections(seed)) is not None]
-        """Metadata cache entries of the seeds ckptfs caches, mutated for a tenth of the inputs."""
+        self.entries = [(sections, seed) for seed in [*self.seeds, *self.directories]
+                        if (sections := entry_sections(seed)) is not None]
+        """Metadata cache entries of the seeds (files and directories) ckptfs caches, mutated for a tenth of the
+        inputs."""
 
     def __call__(self) -> Input:
         rng = self.rng
-        if self.directories and (not self.seeds or rng.random() < DIRECTORY_SHARE):
-            return self._mutate_directory(rng.choice(self.directories))
         if self.entries and rng.random() < 0.1:
             return mutated_input(*rng.choice(self.entries), rng)
+        if self.directories and (not self.seeds or rng.random() < DIRECTORY_SHARE):
+            return self._mutate_directory(rng.choice(self.directories))
         index = rng.randrange(len(self.seeds))
         data = bytearray(self.seeds[index])
         start, end, is_zip = self.regions[index]

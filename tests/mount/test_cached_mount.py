@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from many_tensors import save_many
+from remote_servers import Nginx, nginx  # noqa: F401  (fixture)
 
 import ckptfs.cache
-from mount.helpers import Mounter
+from mount.helpers import Mounter, run_cli
 
 
 def files(mnt: Path) -> dict[str, bytes]:
@@ -34,3 +36,55 @@ def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path
     served = files(again)
     assert served == parsed
     assert ".ckptfs/index.json" in served and len(served) > 2 * ckptfs.cache.MIN_TENSORS
+
+
+def test_a_repeat_mount_of_a_url_is_one_get_and_serves_the_same_files(nginx: Nginx, mounter: Mounter,  # noqa: F811
+                                                                     tmp_path: Path) -> None:
+    save_many(nginx.root / "cached-mount.pt", ckptfs.cache.MIN_TENSORS + 10)
+    url = f"{nginx.url}/cached-mount.pt"
+    cache = tmp_path / "cache"
+    parsed = files(mounter(url, "--no-cache"))
+    mounter(url, "--cache-dir", str(cache))
+    assert len(list((cache / "metadata").glob("*.ckm"))) == 1
+    mark = nginx.mark()
+    again = mounter(url, "--cache-dir", str(cache))
+    ready = nginx.since(mark, at_least=1)
+    assert [(r.range[:7], r.status) for r in ready] == [("bytes=-", 206)]  # the suffix GET: no data.pkl fetched
+    assert files(again) == parsed
+
+
+def test_ls_and_info_of_a_url_from_the_cache_equal_the_parse(nginx: Nginx, tmp_path: Path) -> None:  # noqa: F811
+    save_many(nginx.root / "cached-cli.pt", ckptfs.cache.MIN_TENSORS + 10)
+    url = f"{nginx.url}/cached-cli.pt"
+    cache = str(tmp_path / "cache")
+    for command in (["ls", "--json"], ["info", "--json"], ["ls"], ["info"]):
+        parsed = run_cli(*command, url, "--no-cache")
+        written = run_cli(*command, url, "--cache-dir", cache)
+        mark = nginx.mark()
+        cached = run_cli(*command, url, "--cache-dir", cache)
+        assert len(nginx.since(mark, at_least=1)) == 1
+        assert parsed.returncode == written.returncode == cached.returncode == 0, cached.stderr
+        assert parsed.stdout == written.stdout == cached.stdout and parsed.stdout
+
+
+@pytest.mark.parametrize("spelled", ["--cache-dir ", "-o cache_dir="])
+def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(mounter: Mounter, tmp_path: Path,
+                                                                    spelled: str) -> None:
+    source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    (tmp_path / "a-file").write_bytes(b"")
+    mnt = mounter.directory()
+    flag, _, prefix = spelled.partition(" ")
+    result = run_cli("mount", source, mnt, flag.rstrip("="), f"{prefix}{tmp_path}/a-file")
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == [f"ckptfs: warning: {spelled}{tmp_path}/a-file is unusable: cache "
+                                          f"folder {tmp_path}/a-file/metadata: Not a directory; going on without "
+                                          "the cache"]
+    assert files(mnt) == files(mounter(source, "--no-cache"))
+
+
+def test_mount_takes_the_cache_folder_as_an_option_too(mounter: Mounter, tmp_path: Path) -> None:
+    source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    mounter(source, "-o", f"cache_dir={tmp_path}/cache")
+    mounter(source, "-o", f"nocache,cache_dir={tmp_path}/unused")
+    assert len(list((tmp_path / "cache" / "metadata").glob("*.ckm"))) == 1
+    assert not (tmp_path / "unused").exists()

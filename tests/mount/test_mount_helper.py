@@ -13,6 +13,9 @@ from typing import Iterator
 import pytest
 import torch
 from corpus import save_zip
+from many_tensors import save_many
+
+import ckptfs.cache
 
 from mount.helpers import Mounter, mount_points, run_cli
 from mount.test_lifecycle import mounted_under
@@ -31,8 +34,8 @@ def source(tmp_path: Path) -> Path:
     return save_zip({"w": W, "epoch": 3}, tmp_path / "model.pt")
 
 
-def helper(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(HELPER), *map(str, args)], capture_output=True, text=True, timeout=60)
+def helper(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(HELPER), *map(str, args)], capture_output=True, text=True, timeout=60, env=env)
 
 
 def assert_mounted_read_only(mnt: Path, source: Path) -> None:
@@ -57,6 +60,35 @@ def test_argv_as_mount8_passes_it(source: Path, mounter: Mounter, flags: tuple[s
     mnt = mounter.directory()
     result = helper(source, mnt, *flags)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert_mounted_read_only(mnt, source)
+
+
+@pytest.mark.parametrize("options", ["", "cache_dir=DIR", "nocache", "cache_dir=DIR,nocache"])
+def test_the_cache_folder_as_options_say(tmp_path: Path, mounter: Mounter, options: str) -> None:
+    """The parse is cached as ckptfs mount caches it: in -o cache_dir=DIR, nowhere with -o nocache, else in the
+    user's cache folder."""
+    many = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    chosen, home = tmp_path / "chosen", tmp_path / "xdg"
+    flags = ("-o", options.replace("DIR", str(chosen))) if options else ()
+    mnt = mounter.directory()
+    result = helper(many, mnt, *flags, env={**os.environ, "XDG_CACHE_HOME": str(home)})
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert len(list(mnt.iterdir())) > ckptfs.cache.MIN_TENSORS
+    cached = {folder: len(list((folder / "metadata").glob("*.ckm"))) for folder in (chosen, home / "ckptfs")
+              if folder.exists()}
+    expected = {"": {home / "ckptfs": 1}, "cache_dir=DIR": {chosen: 1}}
+    assert cached == expected.get(options, {})
+
+
+def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(tmp_path: Path, source: Path,
+                                                                    mounter: Mounter) -> None:
+    (tmp_path / "a-file").write_bytes(b"")
+    mnt = mounter.directory()
+    result = helper(source, mnt, "-o", f"ro,cache_dir={tmp_path}/a-file")
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr.splitlines() == [f"ckptfs: warning: -o cache_dir={tmp_path}/a-file is unusable: cache "
+                                          f"folder {tmp_path}/a-file/metadata: Not a directory; going on without "
+                                          "the cache"]
     assert_mounted_read_only(mnt, source)
 
 

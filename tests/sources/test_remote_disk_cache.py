@@ -99,3 +99,21 @@ def test_only_objects_whose_version_is_known_are_cached() -> None:
     assert object_identity("http://h/x", 10, None, "v1") is not None
     assert object_identity("http://h/x", 10, 'W/"5f-a"', None) is None  # a weak ETag names no exact bytes
     assert object_identity("http://h/x", 10, None, None) is None
+
+
+def test_an_object_folder_an_eviction_empties_is_removed(nginx: Nginx, tmp_path: Path) -> None:
+    old, new = nginx.root / "disk-evicted-old.bin", nginx.root / "disk-evicted-new.bin"
+    old_bytes, new_bytes = os.urandom(4 * MiB), os.urandom(8 * MiB)
+    old.write_bytes(old_bytes)
+    new.write_bytes(new_bytes)
+    options = cached(tmp_path, capacity=6 * MiB)
+    assert open_source(f"{nginx.url}/disk-evicted-old.bin", options).read(0, 2 * MiB) == old_bytes[: 2 * MiB]
+    folders = [p for p in (tmp_path / "blocks").iterdir() if p.is_dir()]
+    assert len(folders) == 1
+    for block in blocks(tmp_path):  # the old object's blocks are the least recently used
+        os.utime(block, (time.time() - 3600, time.time() - 3600))
+    source = open_source(f"{nginx.url}/disk-evicted-new.bin", options)
+    assert source.read(0, 6 * MiB) == new_bytes[: 6 * MiB]
+    assert not folders[0].exists()
+    assert [p for p in (tmp_path / "blocks").iterdir()] == [blocks(tmp_path)[0].parent]
+    assert source.read(0, 6 * MiB) == new_bytes[: 6 * MiB]

@@ -1,7 +1,9 @@
-"""A bounded in-memory cache of fetched byte ranges, and the sequential read-ahead that sizes fetches.
+"""A bounded in-memory cache of fetched byte ranges, the buffers fetches go into, and the sequential read-ahead
+that sizes fetches.
 
 The cache holds extents (one per GET, never overlapping), evicted least recently used first; pinned
-extents (the opening suffix GET) stay. Not thread-safe: the source holds a lock around it.
+extents (the opening suffix GET) stay. Large fetches go into buffers from a pool that takes them back when the
+cache evicts them. Not thread-safe: the source holds a lock around both.
 """
 
 from __future__ import annotations
@@ -17,18 +19,58 @@ FIRST_WINDOW = 256 * KiB
 """Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
 MAX_WINDOW = 16 * MiB
 """The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
-STREAM_SLACK = 1 * MiB
-"""A miss this far before where a stream's last fetch ended, or two blocks after, continues the stream (the
-kernel's read-ahead, up to 1 MiB, may come out of order)."""
+STREAM_SLACK = 2 * MiB
+"""A miss this far before or after where a stream's last fetch ended continues the stream: the kernel's
+read-ahead sends requests of up to 1 MiB that may come out of order (the second MiB asked before the first)."""
+PREFETCH_STEP = 4 * MiB
+"""A stream at its largest window keeps MAX_WINDOW fetched or in flight ahead of its reader, topped up in parts of
+at least this much as the reader advances: several GETs at once, each on its own connection."""
 MAX_STREAMS = 16
 
 
-class ExtentCache:
-    def __init__(self, capacity: int) -> None:
+POOL_GRAIN = 1 * MiB
+"""Pooled buffers are whole multiples of this (a smaller fetch gets a buffer of its own)."""
+
+
+class BufferPool:
+    """Buffers for large fetches, reused once the cache evicts what they hold: a new large buffer costs a page
+    fault every 4 KiB when first written (about 0.4 s a GiB, a third of a sequential read's time), a reused one
+    none. At most ``capacity`` bytes of free buffers are kept."""
+
+    def __init__(self, capacity: int, grain: int = POOL_GRAIN) -> None:
         self.capacity = capacity
+        self.grain = grain
+        self._free: dict[int, list[bytearray]] = {}
+        self._bytes = 0
+
+    def take(self, size: int) -> memoryview:
+        """A writable view of ``size`` bytes (its contents are not zeroed)."""
+        if size < self.grain:
+            return memoryview(bytearray(size))
+        grains = -(-size // self.grain) * self.grain
+        free = self._free.get(grains)
+        if free:
+            self._bytes -= grains
+            return memoryview(free.pop())[:size]
+        return memoryview(bytearray(grains))[:size]
+
+    def give(self, view: memoryview) -> None:
+        """Takes back the buffer under a view ``take`` gave: nothing may read it after."""
+        buffer = view.obj
+        if isinstance(buffer, bytearray) and len(buffer) >= self.grain and \
+                self._bytes + len(buffer) <= self.capacity:
+            self._free.setdefault(len(buffer), []).append(buffer)
+            self._bytes += len(buffer)
+
+
+class ExtentCache:
+    def __init__(self, capacity: int, pool: BufferPool | None = None) -> None:
+        self.capacity = capacity
+        self.pool = pool
         self._starts: list[int] = []
-        self._data: dict[int, bytes | bytearray] = {}
-        """Each extent's bytes; a bytearray as fetched is never changed after."""
+        self._data: dict[int, bytes | bytearray | memoryview] = {}
+        """Each extent's bytes, never changed once held; a memoryview is a pooled buffer's, given back to the pool
+        when evicted."""
         self._recent: OrderedDict[int, None] = OrderedDict()
         """Unpinned extents, least recently used first."""
         self._bytes = 0
@@ -78,28 +120,37 @@ class ExtentCache:
                     self._recent.move_to_end(extent_start)
             index += 1
 
-    def put(self, start: int, data: bytes | bytearray, pinned: bool = False) -> None:
+    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False) -> None:
         """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
-        recently used extents that no longer fit."""
-        for first, last in self.gaps(start, start + len(data)):
-            part = data if (first, last) == (start, start + len(data)) else data[first - start : last - start]
+        recently used extents that no longer fit. A memoryview is a pooled buffer's (``BufferPool.take``): the
+        cache owns it from now on."""
+        gaps = self.gaps(start, start + len(data))
+        whole = gaps == [(start, start + len(data))]
+        for first, last in gaps:
+            part = data if whole else bytes(data[first - start : last - start])
             bisect.insort(self._starts, first)
             self._data[first] = part
             if not pinned:
                 self._recent[first] = None
                 self._bytes += len(part)
+        if isinstance(data, memoryview) and not whole and self.pool is not None:
+            self.pool.give(data)  # the parts not held yet were copied
         while self._bytes > self.capacity and self._recent:
             self._evict(next(iter(self._recent)))
 
     def _evict(self, start: int) -> None:
         del self._recent[start]
-        self._bytes -= len(self._data.pop(start))
+        data = self._data.pop(start)
+        self._bytes -= len(data)
         del self._starts[bisect.bisect_left(self._starts, start)]
+        if isinstance(data, memoryview) and self.pool is not None:
+            self.pool.give(data)
 
 
 class ReadAhead:
     """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
-    past the middle of its last window asks for the next one ahead of time (``prefetch``).
+    past the middle of its last window asks for the next one ahead of time (``prefetch``); at MAX_WINDOW, a hit
+    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again.
 
     Tensor-aware when told where the object's storages lie (``set_extents``): a stream's read-ahead stops at the
     end of the storage it reads (a block past it at most) until the stream goes on into another storage; from
@@ -127,13 +178,15 @@ class ReadAhead:
         on a block boundary, within the object."""
         owner = bisect.bisect_right(self._ends, start)
         stream = _Stream(0, owner, False)
+        ahead_of = end
         for stream_end, known in self._streams.items():
-            if stream_end - STREAM_SLACK <= start <= stream_end + 2 * self.block:
+            if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
                 del self._streams[stream_end]
                 stream = _Stream(min(MAX_WINDOW, max(FIRST_WINDOW, known.window * 2)), owner,
                                  known.spans or owner != known.owner)
+                ahead_of = max(end, stream_end)  # a miss behind the stream's end (out of order) extends it too
                 break
-        fetch_end = self._round(end + stream.window, size)
+        fetch_end = self._round(min(ahead_of + stream.window, end + MAX_WINDOW), size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
             if end <= first:  # before the storage: its header; its first window comes along
@@ -148,11 +201,13 @@ class ReadAhead:
 
     def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
         """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
-        sequential stream whose last window ``end`` is past the middle of, never more than MAX_WINDOW past
-        ``end`` nor past its storage's end unless it spans storages; None if there is none."""
+        sequential stream whose last window ``end`` is past the middle of (or, at MAX_WINDOW, PREFETCH_STEP
+        into), never more than MAX_WINDOW past ``end`` nor past its storage's end unless it spans storages; None
+        if there is none."""
         for stream_end, stream in self._streams.items():
             window = stream.window
-            if window and stream_end - window <= end <= stream_end and stream_end - end <= window // 2:
+            if window and stream_end - window <= end <= stream_end and \
+                    stream_end - end <= window - min(window // 2, PREFETCH_STEP):
                 limit = size
                 if not stream.spans and stream.owner < len(self._ends):
                     limit = self._round(self._ends[stream.owner], size)

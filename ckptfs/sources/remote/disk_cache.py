@@ -7,11 +7,13 @@ ETag nor a version id is not cached. Each block (``UNIT`` bytes, aligned; the ob
 shorter) is one file: a header with its length and CRC-32, then its bytes, written to a temporary file and
 renamed into place, so two mounts sharing the folder never see a torn block, and a block whose check fails
 (a crash, a disk error, an edit) is deleted and fetched again. The folder is bounded: past its capacity the
-least recently used blocks (file mtimes, touched on every hit) of every object are deleted.
+least recently used blocks (file mtimes, touched on every hit) of every object are deleted, and an object's
+folder that an eviction empties is removed with them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -88,8 +90,7 @@ class DiskBlocks:
     def store(self, index: int, data: bytes | bytearray | memoryview) -> None:
         """Writes block ``index`` (its whole bytes); a failure to write is logged, never a read's error."""
         try:
-            self._dir.mkdir(mode=0o700, exist_ok=True)
-            handle, temp = tempfile.mkstemp(prefix=".tmp-", dir=self._dir)
+            handle, temp = self._temporary()
             try:
                 with os.fdopen(handle, "wb") as file:
                     file.write(HEADER.pack(MAGIC, len(data), zlib.crc32(data)))
@@ -106,6 +107,16 @@ class DiskBlocks:
         self._used += HEADER.size + len(data)
         if self._used > self.capacity:
             self._evict()
+
+    def _temporary(self) -> tuple[int, str]:
+        """A new temporary file in the object's folder, made first if needed."""
+        for _ in range(3):
+            self._dir.mkdir(mode=0o700, exist_ok=True)
+            try:
+                return tempfile.mkstemp(prefix=".tmp-", dir=self._dir)
+            except FileNotFoundError:
+                continue  # another mount's eviction removed the folder, emptied, between the two calls
+        return tempfile.mkstemp(prefix=".tmp-", dir=self._dir)
 
     def _files(self) -> list[tuple[int, int, str]]:
         """(mtime_ns, size, path) of every block file in the folder; stale temporary files are deleted."""
@@ -133,11 +144,16 @@ class DiskBlocks:
         files = sorted(self._files())
         total = sum(size for _, size, _ in files)
         goal = int(self.capacity * EVICT_TO)
+        emptied = set()
         for _, size, path in files:
             if total <= goal:
                 break
             _unlink(path)
+            emptied.add(os.path.dirname(path))
             total -= size
+        for folder in emptied:
+            with contextlib.suppress(OSError):  # not empty: blocks are left, or another mount is writing one
+                os.rmdir(folder)
         self._used = total
 
 

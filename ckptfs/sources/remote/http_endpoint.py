@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import http.client
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.remote.options import public_name
+
+if TYPE_CHECKING:
+    from ckptfs.sources.remote.ranged_get import Answer
 
 
 class HttpEndpoint:
@@ -31,7 +34,7 @@ class HttpEndpoint:
     def headers(self, target: str) -> dict[str, str]:
         return {"Authorization": self._authorization} if self._authorization else {}
 
-    def moved(self, status: int, response: http.client.HTTPResponse) -> HttpEndpoint | None:
+    def moved(self, status: int, response: Answer) -> HttpEndpoint | None:
         """A redirect's target (a CDN, a presigned URL), under the first URL's name; credentials go to the first
         host only."""
         location = response.getheader("Location")

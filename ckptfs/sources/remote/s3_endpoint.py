@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-import http.client
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.remote.aws_config import S3Settings
 from ckptfs.sources.remote.sigv4 import quote, signed_headers
+
+if TYPE_CHECKING:
+    from ckptfs.sources.remote.ranged_get import Answer
 
 
 class S3Endpoint:
@@ -62,7 +65,7 @@ class S3Endpoint:
         return signed_headers(self._credentials(), self.region, self._host_header, path,
                               dict(urllib.parse.parse_qsl(query)))
 
-    def moved(self, status: int, response: http.client.HTTPResponse) -> S3Endpoint | None:
+    def moved(self, status: int, response: Answer) -> S3Endpoint | None:
         """AWS names the bucket's region when asked in another (301 PermanentRedirect, 400): ask there."""
         region = response.getheader("x-amz-bucket-region")
         if status not in (301, 307, 400) or not region or region == self.region or self._settings.endpoint_url:

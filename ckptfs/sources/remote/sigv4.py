@@ -45,5 +45,5 @@ def signed_headers(credentials: Credentials, region: str, host: str, path: str, 
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     headers["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
                                 f"SignedHeaders={';'.join(names)}, Signature={signature}")
-    del headers["host"]  # http.client sends Host itself, with the same value
+    del headers["host"]  # the connection (wire, http.client) sends Host itself, with the same value
     return headers

@@ -4,10 +4,12 @@ Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end 
 are read from them without another request. A read the cache misses fetches from its first missing block to
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
 than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
-fetched in the background while the reader consumes the current one; a read needing bytes of a background
-fetch waits for it rather than fetching them twice. Told where the checkpoint's storages lie (``set_extents``),
-read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk
-cache (``disk_cache``), fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
+fetched in the background while the reader consumes the current one, and at full size its lead is topped up
+in parts by several GETs at once (``cache.PREFETCH_STEP``); a read needing bytes of a background fetch waits for
+it rather than fetching them twice. Fetches go into buffers reused once evicted (``cache.BufferPool``). Told
+where the checkpoint's storages lie (``set_extents``), read-ahead stops at a storage's end until the reader goes
+on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``), fetches are whole 1 MiB blocks, read
+from disk when a checked copy is there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
-from ckptfs.sources.remote.cache import BLOCK, ExtentCache, ReadAhead
+from ckptfs.sources.remote.cache import BLOCK, BufferPool, ExtentCache, ReadAhead
 from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
 from ckptfs.sources.remote.ranged_get import RangedGetter
 
@@ -26,6 +28,10 @@ MiB = 1 << 20
 PART = 8 * MiB
 """Fetches larger than this are split in parts fetched at once (object stores serve ~100 MB/s a stream)."""
 PARALLEL = 8
+POOL_SIZE = 64 * MiB
+"""Free fetch buffers kept for reuse (``cache.BufferPool``)."""
+AHEAD_THREADS = 4
+"""Read-ahead fetches in flight at once: a stream's MAX_WINDOW lead is topped up in PREFETCH_STEP parts."""
 log = logging.getLogger("ckptfs.sources.remote")
 
 
@@ -39,7 +45,8 @@ class RemoteSource:
         self.size = getter.version.size
         self._mtime_ns = getter.version.mtime_ns or 0
         self._lock = threading.Lock()
-        self._cache = ExtentCache(cache_size)
+        self._buffers = BufferPool(min(POOL_SIZE, cache_size))
+        self._cache = ExtentCache(cache_size, self._buffers)
         self._cache.put(self.size - len(tail), tail, pinned=True)
         self.tail_hint = len(tail)
         """Opening a checkpoint reads this tail first: the suffix request above holds it (``sources.base``)."""
@@ -80,12 +87,12 @@ class RemoteSource:
             return bytes(result)
         fetched = []
         for start, stop in gaps:
-            data = bytearray(stop - start)
-            self._fetch_into(start, memoryview(data))
+            data = self._buffer(stop - start)
+            self._fetch_into(start, data)
             fetched.append((start, data))
             first, last = max(start, offset), min(stop, end)
             if first < last:
-                view[first - offset : last - offset] = memoryview(data)[first - start : last - start]
+                view[first - offset : last - offset] = data[first - start : last - start]
         with self._lock:
             for start, data in fetched:
                 self._cache.put(start, data)
@@ -99,13 +106,13 @@ class RemoteSource:
             if any(s < stop and start < e for s, (e, _) in self._pending.items()):
                 continue
             if self._background is None:
-                self._background = ThreadPoolExecutor(1, thread_name_prefix="ckptfs-ahead")
+                self._background = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckptfs-ahead")
             self._pending[start] = (stop, self._background.submit(self._prefetch, start, stop))
 
     def _prefetch(self, start: int, stop: int) -> None:
         try:
-            data = bytearray(stop - start)
-            self._fetch_into(start, memoryview(data))
+            data = self._buffer(stop - start)
+            self._fetch_into(start, data)
             with self._lock:
                 self._cache.put(start, data)
         except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
@@ -113,6 +120,11 @@ class RemoteSource:
         finally:
             with self._lock:
                 del self._pending[start]
+
+    def _buffer(self, size: int) -> memoryview:
+        """A buffer to fetch ``size`` bytes into, which the cache owns once they are put in it."""
+        with self._lock:
+            return self._buffers.take(size)
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
         """Where the object's storages lie, for tensor-aware read-ahead (``sources.base.hint_extents``)."""
@@ -122,9 +134,7 @@ class RemoteSource:
     def _disk_blocks(self, setting: DiskCacheSetting | None) -> DiskBlocks | None:
         if setting is None:
             return None
-        version = self._getter.version
-        assert version is not None
-        identity = object_identity(self.name, version.size, version.etag, version.version_id)
+        identity = self.identity
         if identity is None:
             log.info("%s: not cached on disk: its answers carry no strong ETag nor version id", self.name)
             return None
@@ -178,6 +188,18 @@ class RemoteSource:
         parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
         for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
             future.result()
+
+    @property
+    def identity(self) -> str | None:
+        """What names the version pinned at open (endpoint, public URL, size, ETag, version id, Last-Modified),
+        never a credential; None when its answers cannot tell versions apart (no strong ETag nor version id)."""
+        version = self._getter.version
+        assert version is not None
+        endpoint = self._getter.endpoint
+        identity = object_identity(self.name, version.size, version.etag, version.version_id)
+        if identity is None:
+            return None
+        return f"{endpoint.scheme}://{endpoint.host}:{endpoint.port}\n{identity}\n{version.mtime_ns or 0}"
 
     def fileno(self) -> int | None:
         return None
