@@ -305,6 +305,16 @@ def moto_s3() -> Iterator[MotoS3]:
     yield from moto_server()
 
 
+@pytest.fixture
+def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:
+    """moto's keys and endpoint in the environment, as the AWS chain finds them."""
+    for name, value in moto_s3.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_s3
+
+
 RADOSGW_PROGRAMS = ("monmaptool", "ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph")
 
 

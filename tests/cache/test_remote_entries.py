@@ -13,7 +13,7 @@ import pytest
 import torch
 from many_tensors import save_many
 from object_emulators import Emulator, azurite, fake_gcs, store  # noqa: F401  (fixtures)
-from remote_servers import MotoS3, Nginx, moto_s3, nginx  # noqa: F401  (fixtures)
+from remote_servers import MotoS3, Nginx, moto_s3, nginx, s3_env  # noqa: F401  (fixtures)
 
 import ckptfs.cache
 import ckptfs.checkpoint
@@ -105,15 +105,6 @@ def test_an_object_without_a_version_is_not_cached(tmp_path: Path, cache_dir: Pa
         assert entries(cache_dir) == []
     finally:
         memory.rm("/unversioned", recursive=True)
-
-
-@pytest.fixture
-def s3_env(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> MotoS3:  # noqa: F811
-    for name, value in moto_s3.env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.url)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_s3
 
 
 def saved(tensors: dict[str, torch.Tensor]) -> bytes:
