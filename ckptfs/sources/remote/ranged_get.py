@@ -173,7 +173,7 @@ class RangedGetter:
             raise ObjectChangedError("the object was replaced since it was opened (If-Match failed); "
                                      "unmount and mount it again", self.endpoint.name)
         else:
-            what = f"HTTP {status} {_phrase(status, response.reason)}{_error_detail(response)}"
+            what = f"HTTP {status} {status_phrase(status, response.reason)}{_error_detail(response)}"
             if status in TRANSIENT_STATUS:
                 raise TransientError(what)
             raise MissingError(what) if status in MISSING_STATUS else PermanentError(what)
@@ -215,7 +215,7 @@ class RangedGetter:
                                      "unmount and mount it again", self.endpoint.name)
 
 
-def _phrase(status: int, reason: str) -> str:
+def status_phrase(status: int, reason: str) -> str:
     """The standard reason phrase (servers spell their own: moto's ``NOT FOUND``)."""
     try:
         return http.HTTPStatus(status).phrase

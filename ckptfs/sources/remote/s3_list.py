@@ -3,13 +3,12 @@ page): what a DCP directory saved without collectives needs to find its per-rank
 
 from __future__ import annotations
 
-import http
 import http.client
 import ssl
 from xml.etree import ElementTree
 
 from ckptfs.errors import LimitExceededError, NoSuchObjectError, SourceError
-from ckptfs.sources.remote.ranged_get import TRANSIENT_STATUS
+from ckptfs.sources.remote.ranged_get import TRANSIENT_STATUS, status_phrase
 from ckptfs.sources.remote.retry import MissingError, PermanentError, RetryPolicy, TransientError
 from ckptfs.sources.remote.s3_endpoint import S3Endpoint
 
@@ -60,7 +59,7 @@ def _get(endpoint: S3Endpoint, target: str, timeout: float) -> bytes:
         conn.close()
     if response.status != 200:
         code = _text(body, "Code")
-        what = f"HTTP {response.status} {_phrase(response.status, response.reason)}" + (f" ({code})" if code else "")
+        what = f"HTTP {response.status} {status_phrase(response.status, response.reason)}" + (f" ({code})" if code else "")
         if response.status in TRANSIENT_STATUS:
             raise TransientError(what)
         raise MissingError(what) if response.status == 404 else PermanentError(what)  # 403: not allowed to list
@@ -90,14 +89,6 @@ def _parse_page(body: bytes, prefix: str, found: dict[str, int], name: str) -> s
             raise SourceError("cannot list the prefix: a truncated listing without a continuation token", name)
         return truncated["NextContinuationToken"]
     return None
-
-
-def _phrase(status: int, reason: str) -> str:
-    """The standard reason phrase (servers spell their own: moto's ``NOT FOUND``)."""
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return reason
 
 
 def _local(tag: str) -> str:
