@@ -116,6 +116,7 @@ def _dims(value: Any, rank: int) -> tuple[int, ...] | None:
 
 def _text(value: Any) -> str:
     """A size from the pickle, bounded: a hostile one may be a huge list."""
-    if isinstance(value, (list, tuple)) and len(value) <= 64 and all(type(v) is int for v in value):
+    if isinstance(value, (list, tuple)) and len(value) <= 64 and all(type(v) is int and abs(v) < 1 << 63
+                                                                      for v in value):
         return str(list(value))
     return f"a {type(value).__name__}"
