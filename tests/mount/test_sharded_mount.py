@@ -1,5 +1,6 @@
 """ShardedTensors of a torch.save mounted for real: the whole tensor gathered from a one-rank save's shards is read
-by ``cat``, ``dd`` and numpy as torch's ``gather`` gives it; a rank's file of a two-rank job shows why it has none."""
+by ``cat``, ``dd``, numpy (its file and ``.npy``) and safetensors (``model.safetensors``) as torch's ``gather``
+gives it; a rank's file of a two-rank job shows why it has none."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from dcp_writers import raw_bytes
+from safetensors.torch import load_file
 from sharded_tensor_writer import write_ranks
 
 from mount.helpers import Mounter, tensor_file
@@ -39,6 +41,10 @@ def test_the_whole_tensors_read_by_real_programs(written: tuple[Path, dict[str, 
     dd = subprocess.run(["dd", f"if={grid}", "bs=8", "skip=5", "count=9", "status=none"], capture_output=True,
                         check=True)
     assert dd.stdout == raw_bytes(gathered["grid"])[40:112]
+    assert np.array_equal(np.load(str(grid) + ".npy"), gathered["grid"].numpy())
+    views = load_file(mnt / "model.safetensors")
+    for name, tensor in gathered.items():
+        assert torch.equal(views[f"{name}.__gathered__"], tensor), name
     sidecar = json.loads(Path(str(grid) + ".json").read_text())
     assert sidecar["shape"] == [4, 6] and [c["tensor"] for c in sidecar["chunks"]] == [
         ["grid", "__state__", 0, n, "tensor"] for n in range(4)]
