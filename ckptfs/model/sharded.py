@@ -31,71 +31,73 @@ OVERLAP_CHECKED_SHARDS = 256
 """Shards checked pairwise for overlaps here (more are checked as their windows are read, as DCP chunks are)."""
 
 
-class _NotCovered(Exception):
-    """Why the local shards do not make the whole tensor."""
-
-
 def with_whole_tensor(obj: PickledObject, wrapper: Tensor) -> PickledObject:
     """``obj`` (a wrapper subclass's object, ``wrapper`` its dtype and size), with its whole tensor or the
     reason it has none when it is a ShardedTensor."""
     if obj.class_name != SHARDED_TENSOR:
         return obj
-    try:
-        obj.dict_items = [(GATHERED, _whole(obj.state, wrapper))]
-    except _NotCovered as why:
-        obj.dict_items = [(NOT_GATHERED, f"the local shards do not make the whole tensor: {why}")]
+    whole = _whole(obj.state, wrapper)
+    obj.dict_items = [(GATHERED, whole) if isinstance(whole, Tensor) else
+                      (NOT_GATHERED, f"the local shards do not make the whole tensor: {whole}")]
     return obj
 
 
-def _whole(state: Any, wrapper: Tensor) -> Tensor:
+def _whole(state: Any, wrapper: Tensor) -> Tensor | str:
+    """The whole tensor, or why the shards do not make it."""
     shape, dtype = wrapper.shape, wrapper.dtype
     if not isinstance(state, tuple) or len(state) < 2 or not isinstance(state[0], list):
-        raise _NotCovered("the state is not (local shards, metadata, …)")
+        return "the state is not (local shards, metadata, …)"
     size = _attributes(state[1]).get("size")
     if _dims(size, len(shape)) != shape:
-        raise _NotCovered(f"the metadata's size {_text(size)} is not the tensor's {list(shape)}")
+        return f"the metadata's size {_text(size)} is not the tensor's {list(shape)}"
     if dtype.packing > 1:
-        raise _NotCovered(f"{dtype.name} elements are packed")
-    chunks = [_chunk(index, shard, wrapper) for index, shard in enumerate(state[0])]
+        return f"{dtype.name} elements are packed"
+    chunks = []
+    for index, shard in enumerate(state[0]):
+        chunk = _chunk(index, shard, wrapper)
+        if isinstance(chunk, str):
+            return chunk
+        chunks.append(chunk)
     held, numel = sum(chunk.numel for chunk in chunks), math.prod(shape)
     if held != numel:
-        raise _NotCovered(f"they hold {held} of its {numel} elements (the rest were on other ranks)")
-    if len(chunks) <= OVERLAP_CHECKED_SHARDS:
-        _check_disjoint(chunks)
+        return f"they hold {held} of its {numel} elements (the rest were on other ranks)"
+    overlap = _overlap(chunks) if len(chunks) <= OVERLAP_CHECKED_SHARDS else None
+    if overlap is not None:
+        return overlap
     return Tensor(dtype, shape, contiguous_strides(shape), 0, None, wrapper.requires_grad, chunks=chunks)
 
 
-def _chunk(index: int, shard: Any, wrapper: Tensor) -> Chunk:
+def _chunk(index: int, shard: Any, wrapper: Tensor) -> Chunk | str:
+    """The shard as a chunk of the whole tensor, or why it is not one."""
     if not isinstance(shard, PickledObject) or shard.class_name != SHARD:
-        raise _NotCovered(f"local shard {index} is not a Shard")
+        return f"local shard {index} is not a Shard"
     fields = _attributes(shard)
     tensor, metadata = fields.get("tensor"), fields.get("metadata")
     if not isinstance(tensor, Tensor) or tensor.kind != "dense" or tensor.storage is None \
             or tensor.quantization is not None:
-        raise _NotCovered(f"local shard {index} holds no dense tensor")
+        return f"local shard {index} holds no dense tensor"
     if not isinstance(metadata, PickledObject) or metadata.class_name != SHARD_METADATA:
-        raise _NotCovered(f"local shard {index} has no ShardMetadata")
-    box = _attributes(metadata)
-    offsets, sizes = _dims(box.get("shard_offsets"), len(wrapper.shape)), _dims(box.get("shard_sizes"),
-                                                                                 len(wrapper.shape))
+        return f"local shard {index} has no ShardMetadata"
+    box, rank = _attributes(metadata), len(wrapper.shape)
+    offsets, sizes = _dims(box.get("shard_offsets"), rank), _dims(box.get("shard_sizes"), rank)
     if offsets is None or sizes is None:
-        raise _NotCovered(f"local shard {index}'s offsets {_text(box.get('shard_offsets'))} and sizes "
-                         f"{_text(box.get('shard_sizes'))} are not {len(wrapper.shape)} non-negative integers each")
+        return (f"local shard {index}'s offsets {_text(box.get('shard_offsets'))} and sizes "
+                f"{_text(box.get('shard_sizes'))} are not {rank} non-negative integers each")
     if any(o + s > d for o, s, d in zip(offsets, sizes, wrapper.shape)):
-        raise _NotCovered(f"local shard {index} at {list(offsets)} of size {list(sizes)} lies outside "
-                         f"{list(wrapper.shape)}")
+        return f"local shard {index} at {list(offsets)} of size {list(sizes)} lies outside {list(wrapper.shape)}"
     if tensor.shape != sizes or tensor.dtype is not wrapper.dtype:
-        raise _NotCovered(f"local shard {index} is a {tensor.dtype.name} tensor of size {list(tensor.shape)}, not "
-                         f"{wrapper.dtype.name} of size {list(sizes)}")
+        return (f"local shard {index} is a {tensor.dtype.name} tensor of size {list(tensor.shape)}, not "
+                f"{wrapper.dtype.name} of size {list(sizes)}")
     return Chunk(offsets, sizes, "", 0, 0, tensor=tensor)
 
 
-def _check_disjoint(chunks: list[Chunk]) -> None:
+def _overlap(chunks: list[Chunk]) -> str | None:
     for i, a in enumerate(chunks):
         for b in chunks[:i]:
             if a.numel and b.numel and all(ao < bo + bs and bo < ao + as_ for ao, as_, bo, bs in
                                            zip(a.offsets, a.sizes, b.offsets, b.sizes)):
-                raise _NotCovered(f"the shards at {list(b.offsets)} and {list(a.offsets)} overlap")
+                return f"the shards at {list(b.offsets)} and {list(a.offsets)} overlap"
+    return None
 
 
 def _attributes(value: Any) -> dict[str, Any]:
