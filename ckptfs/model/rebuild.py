@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
-from ckptfs.model.sharded import with_whole_tensor
 from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor, contiguous_strides
+from ckptfs.model.sharded import with_whole_tensor
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
 from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 

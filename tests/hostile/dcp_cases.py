@@ -292,10 +292,6 @@ def _reads_valid_tensors(ck: ckptfs.Checkpoint) -> None:
     assert ck.read(ck.tensor(("model", "w"))) == W and ck.read(ck.tensor(("model", "b"))) == B
 
 
-W_AT_2 = r"'model.w' at \[2, 0\]"
-case("dcp_valid", "dcp", directory(), check=_reads_valid)
-
-
 def _1_13(*mutations: Callable[[Layout], None]) -> Callable[[Layout], None]:
     """The layout as torch 1.13 wrote it (no planner_data: it did not flatten), then ``mutations``."""
     def mutate(layout: Layout) -> None:
@@ -311,6 +307,8 @@ def _reads_valid_1_13(ck: ckptfs.Checkpoint) -> None:
     assert ck.read(ck.tensor(("model.w",))) == W and ck.read(ck.tensor(("model.b",))) == B
 
 
+W_AT_2 = r"'model.w' at \[2, 0\]"
+case("dcp_valid", "dcp", directory(), check=_reads_valid)
 case("dcp_1_13_valid", "dcp", directory(_1_13()), check=_reads_valid_1_13)
 case("dcp_1_13_chunks_overlap", "dcp", directory(_1_13(_boxes(((0, 0), (2, 2)), ((1, 0), (2, 2))))),
      CorruptCheckpointError, r"chunks of tensor 'model.w' at \[1, 0\] and \[0, 0\] overlap")
