@@ -9,9 +9,8 @@ recently used blobs whole in memory, together at most ``MAX_HELD_BYTES`` (or
 under the user's cache directory (``$XDG_CACHE_HOME/ckptfs``, ``~/.cache/ckptfs``),
 the checkpoint's such files together at most ``SPILL_BYTES``, and never filling
 the disk past ``SPILL_FREE_BYTES``. A blob that fits neither is streamed from the
-start for every read, keeping only the requested bytes. The decoder is fed
-``FEED`` bytes at a time, so that one call cannot inflate a tiny frame into
-gigabytes. The decoder is the standard library's ``compression.zstd``
+start for every read, keeping only the requested bytes. No decoder call makes
+more than 64 MiB, so that one call cannot inflate a tiny frame into gigabytes. The decoder is the standard library's ``compression.zstd``
 (Python 3.14 on), else the ``zstandard`` wheel, a dependency below 3.14.
 README: "DCP directories".
 """
@@ -32,8 +31,8 @@ ZSTD = "stream.zstd/1"
 STREAM_READ = 1 << 20
 """Compressed bytes read from the frame at a time."""
 FEED = 2048
-"""Compressed bytes given to the decoder in one call: zstd inflates at most ~32768:1 (a run-length block), so a
-call makes at most 64 MiB."""
+"""Compressed bytes given to ``zstandard``'s decoder in one call: zstd inflates at most ~32768:1 (a run-length
+block), so a call makes at most 64 MiB."""
 MAX_HELD_BYTES = 256 << 20
 """Decompressed blobs kept in memory, together."""
 SPILL_BYTES = 64 << 30
@@ -106,7 +105,9 @@ def zstd_decoder() -> tuple[Callable[[], Any], tuple[type[Exception], ...]]:
 
 
 class _WheelDecoder:
-    """``zstandard``'s decoder: each call's output in one piece."""
+    """``zstandard``'s decoder: each call's output in one piece, so it is fed ``FEED`` bytes at a time."""
+
+    feed = FEED
 
     def __init__(self, zstandard: Any) -> None:
         self._decoder = zstandard.ZstdDecompressor().decompressobj()
@@ -120,8 +121,10 @@ class _WheelDecoder:
 
 
 class _StdlibDecoder:
-    """``compression.zstd``'s decoder, taken ``STREAM_READ`` bytes of output at a time: in one call it grows one
-    buffer to the whole output, twice the memory ``zstandard``'s call takes."""
+    """``compression.zstd``'s decoder, its output taken ``STREAM_READ`` bytes at a time whatever it is fed (a call
+    without that bound grows one buffer to its whole output), so it is fed what is read at once."""
+
+    feed = STREAM_READ
 
     def __init__(self, zstd: Any) -> None:
         self._decoder = zstd.ZstdDecompressor()
@@ -160,8 +163,8 @@ class ZstdBlobSource:
         try:
             for position in range(0, self.frame.size, STREAM_READ):
                 read = memoryview(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
-                for start in range(0, len(read), FEED):
-                    for piece in decoder.pieces(read[start : start + FEED]):
+                for start in range(0, len(read), decoder.feed):
+                    for piece in decoder.pieces(read[start : start + decoder.feed]):
                         produced += len(piece)
                         if produced > self.ceiling:
                             raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} "
