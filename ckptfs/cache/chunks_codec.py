@@ -30,6 +30,8 @@ def encode_chunks(tensors: list[Tensor], ref: Any) -> Sections:
         if tensor.chunks is not None and (tensor.storage is not None or tensor.storage_offset
                                           or tensor.stride != contiguous_strides(tensor.shape)):
             raise NotCacheable("a chunked tensor with a storage or strides of its own")
+    if any(not c.file for c in chunks):
+        raise NotCacheable("a ShardedTensor gathered from its shards")
     if any(SEPARATOR in t or not t for c in chunks for t in c.transforms):
         raise NotCacheable("a chunk transform that is empty or holds NUL")
     columns = {

@@ -129,9 +129,13 @@ def _chunk_lines(tensors: list[Tensor]) -> list[tuple[str, list[str]]]:
     """A chunked (DCP) tensor's data is in blobs, not storages: how many, in how many files, how many bytes."""
     from ckptfs.cli.listing import human_size
 
-    chunks = [chunk for tensor in tensors if tensor.chunks is not None for chunk in tensor.chunks]
+    every = [chunk for tensor in tensors if tensor.chunks is not None for chunk in tensor.chunks]
+    chunks = [chunk for chunk in every if chunk.file]
+    gathered = [t for t in tensors if t.chunks is not None and t.chunks and not t.chunks[0].file]
+    shards = [("sharded", [f"{len(gathered):,} ShardedTensor{'s' if len(gathered) != 1 else ''} gathered from "
+                           f"{len(every) - len(chunks):,} local shards (tensors listed too)"])] if gathered else []
     if not chunks:
-        return []
+        return shards
     files = len({chunk.file for chunk in chunks})
     stored = sum(chunk.length for chunk in chunks)
     line = (f"{len(chunks):,} of {sum(t.chunks is not None for t in tensors):,} tensors, torch.save blobs in "
@@ -139,7 +143,7 @@ def _chunk_lines(tensors: list[Tensor]) -> list[tuple[str, list[str]]]:
     encoded = [chunk for chunk in chunks if chunk.transforms]
     if encoded:
         line += f"; {len(encoded):,} compressed ({', '.join(sorted({t for c in encoded for t in c.transforms}))})"
-    return [("chunks", [line])]
+    return [("chunks", [line]), *shards]
 
 
 def _dtype_lines(tensors: list[Tensor]) -> list[str]:

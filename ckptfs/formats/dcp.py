@@ -2,7 +2,8 @@
 
 A DCP directory holds a ``.metadata`` pickle (``__<rank>.metadata`` ones when
 saved without collectives) whose root is a
-``torch.distributed.checkpoint.metadata.Metadata``, and ``.distcp`` files that
+``torch.distributed.checkpoint.metadata.Metadata`` (torch 1.13's
+``torch.distributed._shard.checkpoint``: the same records under its own names), and ``.distcp`` files that
 concatenate each item as a complete torch.save archive (spec
 ``more-formats.md`` A.1–A.3). The directory is read by ``dcp_directory``; a
 file of it given alone is named here. A ``.distcp`` of one item is a
@@ -15,7 +16,9 @@ import struct
 
 from ckptfs.sources import ByteSource
 
-METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
+METADATA_CLASSES = {"torch.distributed.checkpoint.metadata.Metadata",
+                    "torch.distributed._shard.checkpoint.metadata.Metadata"}
+"""The root of a ``.metadata``: DCP's, and torch 1.13's (``torch.distributed._shard.checkpoint``, DCP's predecessor)."""
 METADATA_FILE = "the .metadata file of a torch.distributed.checkpoint directory: mount the directory"
 DISTCP_FILE = "a single .distcp file of a torch.distributed.checkpoint directory: mount the directory"
 
@@ -42,9 +45,9 @@ def is_metadata_head(head: bytes) -> bool:
     try:
         for opcode, argument, _ in pickletools.genops(head):
             if opcode.name == "GLOBAL":
-                return isinstance(argument, str) and argument.replace(" ", ".") == METADATA_CLASS
+                return isinstance(argument, str) and argument.replace(" ", ".") in METADATA_CLASSES
             if opcode.name == "STACK_GLOBAL":
-                return ".".join(strings[-2:]) == METADATA_CLASS
+                return ".".join(strings[-2:]) in METADATA_CLASSES
             if isinstance(argument, str):
                 strings.append(argument)
     except ValueError:  # ``head`` ends mid-pickle, or is not one

@@ -87,6 +87,8 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
         builder.insert(path, value)
     parsed.root = builder.root
     parsed.details.update(chunked_tensors=tensors, chunks=chunks)
+    if metadata.torch_1_13:
+        parsed.details["written_by"] = "torch 1.13's torch.distributed._shard.checkpoint"
     return parsed
 
 
@@ -124,7 +126,7 @@ def _merged(parts: list[DcpMetadata]) -> DcpMetadata:
                     raise CorruptCheckpointError(f"ranks disagree on where {fqn!r} is in the state dict")
         for key, info in part.storage.items():
             storage.setdefault(key, info)
-    return DcpMetadata(items, planner, storage, parts[0].version)
+    return DcpMetadata(items, planner, storage, parts[0].version, parts[0].torch_1_13)
 
 
 def _merged_item(fqn: str, known: TensorItem, other: TensorItem) -> TensorItem:

@@ -17,14 +17,24 @@ from ckptfs.model.dtypes import DType, dtype_by_name
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
 
-_METADATA = "torch.distributed.checkpoint.metadata."
-METADATA = _METADATA + "Metadata"
-TENSOR_ITEM = _METADATA + "TensorStorageMetadata"
-BYTES_ITEM = _METADATA + "BytesStorageMetadata"
-CHUNK = _METADATA + "ChunkStorageMetadata"
-INDEX = _METADATA + "MetadataIndex"
-PROPERTIES = {_METADATA + "TensorProperties", "torch.distributed._shard.sharded_tensor.metadata.TensorProperties"}
-STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
+_MODULES = ("torch.distributed.checkpoint.", "torch.distributed._shard.checkpoint.")
+"""DCP's modules, and torch 1.13's (``torch.distributed._shard.checkpoint``, DCP's predecessor: the same records
+under other names, without ``storage_meta``, ``version`` and ``transform_descriptors``)."""
+LEGACY_METADATA = "torch.distributed._shard.checkpoint.metadata.Metadata"
+
+
+def _names(module: str, name: str) -> set[str]:
+    return {prefix + module + "." + name for prefix in _MODULES}
+
+
+METADATA = _names("metadata", "Metadata")
+TENSOR_ITEM = _names("metadata", "TensorStorageMetadata")
+BYTES_ITEM = _names("metadata", "BytesStorageMetadata")
+CHUNK = _names("metadata", "ChunkStorageMetadata")
+INDEX = _names("metadata", "MetadataIndex")
+PROPERTIES = {*_names("metadata", "TensorProperties"),
+              "torch.distributed._shard.sharded_tensor.metadata.TensorProperties"}
+STORAGE_INFO = _names("filesystem", "_StorageInfo")
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62
 
@@ -61,6 +71,8 @@ class DcpMetadata(NamedTuple):
     planner_data: dict[str, tuple[str | int, ...]] | None
     storage: dict[ItemKey, StorageInfo]
     version: str | None
+    torch_1_13: bool = False
+    """Written by torch 1.13's ``torch.distributed._shard.checkpoint``."""
 
 
 def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
@@ -75,6 +87,7 @@ def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
         {_index(key): _storage_info(key, info) for key, info in
          _mapping(state.get("storage_data"), "storage_data").items()},
         version if isinstance(version, str) else None,
+        root.class_name == LEGACY_METADATA,
     )
 
 
@@ -88,8 +101,7 @@ def _name(value: Any) -> str:
     return value.qualname if isinstance(value, Global) else type(value).__name__
 
 
-def _state_of(value: Any, class_name: str | set[str], what: str) -> dict[str, Any]:
-    names = {class_name} if isinstance(class_name, str) else class_name
+def _state_of(value: Any, names: set[str], what: str) -> dict[str, Any]:
     if not isinstance(value, PickledObject) or value.class_name not in names:
         raise _corrupt(f"{what} is a {_name(value)}, not a {sorted(names)[0].rpartition('.')[2]}")
     state = value.state
@@ -124,7 +136,7 @@ def _size(value: Any, what: str) -> tuple[int, ...]:
 
 
 def _item(fqn: str, value: Any) -> TensorItem | None:
-    if isinstance(value, PickledObject) and value.class_name == BYTES_ITEM:
+    if isinstance(value, PickledObject) and value.class_name in BYTES_ITEM:
         return None
     state = _state_of(value, TENSOR_ITEM, f"item {fqn!r}")
     size = _size(state.get("size"), f"size of {fqn!r}")

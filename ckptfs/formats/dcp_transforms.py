@@ -9,9 +9,10 @@ recently used blobs whole in memory, together at most ``MAX_HELD_BYTES`` (or
 under the user's cache directory (``$XDG_CACHE_HOME/ckptfs``, ``~/.cache/ckptfs``),
 the checkpoint's such files together at most ``SPILL_BYTES``, and never filling
 the disk past ``SPILL_FREE_BYTES``. A blob that fits neither is streamed from the
-start for every read, keeping only the requested bytes. The decoder is fed
-``FEED`` bytes at a time, so that one call cannot inflate a tiny frame into
-gigabytes. README: "DCP directories".
+start for every read, keeping only the requested bytes. No decoder call makes
+more than 64 MiB, so that one call cannot inflate a tiny frame into gigabytes. The decoder is the standard library's ``compression.zstd``
+(Python 3.14 on), else the ``zstandard`` wheel, a dependency below 3.14.
+README: "DCP directories".
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from typing import IO, Any
+from typing import IO, Any, Callable, Iterator
 
 from ckptfs.errors import CorruptCheckpointError, SourceError, UnsupportedError
 from ckptfs.limits import Limits
@@ -30,8 +31,8 @@ ZSTD = "stream.zstd/1"
 STREAM_READ = 1 << 20
 """Compressed bytes read from the frame at a time."""
 FEED = 2048
-"""Compressed bytes given to the decoder in one call: zstd inflates at most ~32768:1 (a run-length block), so a
-call makes at most 64 MiB."""
+"""Compressed bytes given to ``zstandard``'s decoder in one call: zstd inflates at most ~32768:1 (a run-length
+block), so a call makes at most 64 MiB."""
 MAX_HELD_BYTES = 256 << 20
 """Decompressed blobs kept in memory, together."""
 SPILL_BYTES = 64 << 30
@@ -86,13 +87,56 @@ def decoded_blob(blob: ByteSource, transforms: tuple[str, ...], limits: Limits, 
     return ZstdBlobSource(blob, limits, recent, ceiling)
 
 
-def _zstandard() -> Any:
+def zstd_decoder() -> tuple[Callable[[], Any], tuple[type[Exception], ...]]:
+    """What makes a one-frame decoder (``pieces(data)``, ``eof``), and the errors it raises on a bad frame:
+    ``compression.zstd`` where Python has it, else ``zstandard``."""
     try:
-        import zstandard
+        from compression import zstd  # type: ignore[import-not-found]
     except ImportError:
-        raise UnsupportedError("the checkpoint was saved with the ZStandard extension: "
-                               "install the zstandard package (pip install 'ckptfs[zstd]')") from None
-    return zstandard
+        try:
+            import zstandard
+        except ImportError:
+            raise UnsupportedError("the checkpoint was saved with the ZStandard extension, and this Python has "
+                                   "neither compression.zstd nor the zstandard package that ckptfs depends on: "
+                                   "reinstall ckptfs") from None
+        return (lambda: _WheelDecoder(zstandard)), (zstandard.ZstdError,)
+    # Its decoder raises EOFError for bytes fed past the frame's end, where zstandard's raises ZstdError.
+    return (lambda: _StdlibDecoder(zstd)), (zstd.ZstdError, EOFError)
+
+
+class _WheelDecoder:
+    """``zstandard``'s decoder: each call's output in one piece, so it is fed ``FEED`` bytes at a time."""
+
+    feed = FEED
+
+    def __init__(self, zstandard: Any) -> None:
+        self._decoder = zstandard.ZstdDecompressor().decompressobj()
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._decoder.eof)
+
+    def pieces(self, data: memoryview) -> Iterator[bytes]:
+        yield self._decoder.decompress(data)
+
+
+class _StdlibDecoder:
+    """``compression.zstd``'s decoder, its output taken ``STREAM_READ`` bytes at a time whatever it is fed (a call
+    without that bound grows one buffer to its whole output), so it is fed what is read at once."""
+
+    feed = STREAM_READ
+
+    def __init__(self, zstd: Any) -> None:
+        self._decoder = zstd.ZstdDecompressor()
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._decoder.eof)
+
+    def pieces(self, data: memoryview) -> Iterator[bytes]:
+        yield self._decoder.decompress(data, STREAM_READ)
+        while not self._decoder.eof and not self._decoder.needs_input:
+            yield self._decoder.decompress(b"", STREAM_READ)
 
 
 class ZstdBlobSource:
@@ -102,7 +146,7 @@ class ZstdBlobSource:
         self.frame = frame
         self.name = f"{frame.name} (zstd)"
         self.limits = limits
-        self._zstd = _zstandard()
+        self._decoder, self._errors = zstd_decoder()
         self._recent = recent
         self.ceiling = ceiling
         """Most bytes the frame may decompress to; more is refused as hostile."""
@@ -114,20 +158,20 @@ class ZstdBlobSource:
 
     def _chunks(self) -> Any:
         """Decompressed pieces of the frame, from its start."""
-        decoder = self._zstd.ZstdDecompressor().decompressobj()
+        decoder = self._decoder()
         produced = 0
         try:
             for position in range(0, self.frame.size, STREAM_READ):
                 read = memoryview(self.frame.read(position, min(STREAM_READ, self.frame.size - position)))
-                for start in range(0, len(read), FEED):
-                    piece = decoder.decompress(read[start : start + FEED])
-                    produced += len(piece)
-                    if produced > self.ceiling:
-                        raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} bytes, "
-                                                     "more than its item can hold")
-                    if piece:
-                        yield piece
-        except self._zstd.ZstdError as exc:
+                for start in range(0, len(read), decoder.feed):
+                    for piece in decoder.pieces(read[start : start + decoder.feed]):
+                        produced += len(piece)
+                        if produced > self.ceiling:
+                            raise CorruptCheckpointError(f"zstd frame decompresses to more than {self.ceiling} "
+                                                         "bytes, more than its item can hold")
+                        if piece:
+                            yield piece
+        except self._errors as exc:
             raise CorruptCheckpointError(f"zstd frame is corrupt ({exc})") from None
         if not decoder.eof:
             raise CorruptCheckpointError("zstd frame is truncated")

@@ -38,6 +38,8 @@ class ParsedCheckpoint:
 
     def chunk_tensor(self, chunk: Chunk, dtype_name: str) -> Tensor:
         """The tensor a chunk of a chunked tensor stores (its blob parsed once), checked to be ``dtype_name``."""
+        if chunk.tensor is not None and not chunk.file:  # a ShardedTensor's shard, checked when it was made
+            return chunk.tensor
         raise CorruptCheckpointError(f"a chunked tensor in a {self.format} checkpoint")
 
 

@@ -128,7 +128,7 @@ def open_legacy(opening: Prefetch, limits: Limits) -> ParsedCheckpoint:
 def _parse(source: ByteSource, head: bytes, limits: Limits) -> ParsedCheckpoint:
     magic, pos = load_at(head, 0, limits=limits)
     if magic != MAGIC_NUMBER:
-        if isinstance(magic, PickledObject) and magic.class_name == dcp.METADATA_CLASS:
+        if isinstance(magic, PickledObject) and magic.class_name in dcp.METADATA_CLASSES:
             raise UnsupportedError(dcp.METADATA_FILE)
         raise NotACheckpointError("a pickle file, but not a torch.save checkpoint (no legacy magic number)")
     protocol, pos = load_at(head, pos, limits=limits)

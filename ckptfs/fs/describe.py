@@ -96,9 +96,13 @@ def tensor_metadata(tensor: Tensor, path: Any = None) -> dict[str, Any]:
 
 
 def _chunk_metadata(chunk: Chunk) -> dict[str, Any]:
-    """A chunk of a chunked tensor: its box in the tensor, and the torch.save archive in a file holding it."""
-    meta: dict[str, Any] = {"offsets": list(chunk.offsets), "sizes": list(chunk.sizes), "file": chunk.file,
-                            "range": [chunk.start, chunk.start + chunk.length]}
+    """A chunk of a chunked tensor: its box in the tensor, and the torch.save archive in a file holding it, or
+    (a ShardedTensor's shard) the path of the shard's tensor."""
+    meta: dict[str, Any] = {"offsets": list(chunk.offsets), "sizes": list(chunk.sizes)}
+    if not chunk.file and chunk.tensor is not None:
+        meta["tensor"] = [encode_key(k) for k in chunk.tensor.path]
+        return meta
+    meta.update(file=chunk.file, range=[chunk.start, chunk.start + chunk.length])
     if chunk.transforms:
         meta["transforms"] = list(chunk.transforms)
     return meta

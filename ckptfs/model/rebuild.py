@@ -17,6 +17,7 @@ from typing import Any, Callable
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DTYPES, DType, dtype_by_name, dtype_of_storage_class
 from ckptfs.model.records import NestedTensor, Quantization, SparseTensor, Storage, Tensor, contiguous_strides
+from ckptfs.model.sharded import with_whole_tensor
 from ckptfs.model.values import VALUE_HANDLERS, NumpyArray
 from ckptfs.pickle.values import Buildable, Global, Handler, PickledObject, short_repr
 
@@ -215,7 +216,7 @@ def _rebuild_from_type_v2(args: tuple[Any, ...]) -> Any:
             result.type_name = cls.qualname
     if result.kind == "no_data" and _has_content(state):
         # A wrapper subclass (DTensor…) keeps its real tensors in its state.
-        return PickledObject(cls, (), state=state)
+        return with_whole_tensor(PickledObject(cls, (), state=state), result)
     return result
 
 

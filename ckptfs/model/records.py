@@ -160,6 +160,8 @@ class Chunk:
     The box is ``offsets``/``sizes`` in the whole tensor; its elements are in C
     order within the box. ``tensor`` is the blob's tensor record once the blob
     is parsed (on first read), with its own size, stride and storage offset.
+    A ShardedTensor's shard (``model.sharded``) has no ``file``: ``tensor`` is the
+    shard's tensor record, in the same checkpoint.
     """
 
     offsets: tuple[int, ...]

@@ -67,7 +67,11 @@ def _is_run(chunk: Chunk, shape: tuple[int, ...]) -> bool:
 
 def source_ranges(tensor: Tensor) -> list[list[int]] | list[list[str | int]] | None:
     """``[[start, end], …]``: the stored extents as the sidecar shows them. A chunked tensor's are
-    ``[[file, start, end], …]``: each chunk's archive in the file that holds it, in chunk order."""
+    ``[[file, start, end], …]``: each chunk's archive in the file that holds it, in chunk order; a ShardedTensor's
+    whole tensor's are its shards' ranges in shard order (None unless each shard's bytes are one range)."""
+    if tensor.chunks is not None and all(not c.file and c.tensor is not None for c in tensor.chunks):
+        shards = [source_ranges(c.tensor) for c in tensor.chunks]  # type: ignore[arg-type]
+        return None if any(s is None or len(s) != 1 for s in shards) else [s[0] for s in shards]  # type: ignore
     if tensor.chunks is not None:
         return [[c.file, c.start, c.start + c.length] for c in tensor.chunks]
     extents = stored_extents(tensor)

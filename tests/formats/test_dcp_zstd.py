@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+import tomllib
 import tracemalloc
+import types
 from pathlib import Path
 
 import pytest
 import torch
+import zstandard
 from dcp_writers import raw_bytes, save
 from hostile.dcp_cases import rle_frame
 
 import ckptfs
-from ckptfs.errors import CorruptCheckpointError
+from ckptfs.errors import CorruptCheckpointError, UnsupportedError
 from ckptfs.formats import dcp_transforms
 from ckptfs.formats.dcp_transforms import RecentBlobs, ZstdBlobSource
 from ckptfs.sources import BytesSource
 
+FRAME = zstandard.ZstdCompressor().compress(bytes(range(256)) * 64)
 SMALL = ckptfs.Limits(max_inflated_bytes=64 << 10)
 """A memory budget below the item's size (about 1 MiB): the item goes to a spill file or is streamed."""
 
@@ -32,6 +37,54 @@ def compressed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.Te
     path = tmp_path_factory.mktemp("zstd") / "ck"
     save({"w": tensor}, path, _extensions=[ZStandard()])
     return path, tensor
+
+
+@pytest.fixture(params=["compression.zstd", "zstandard"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each decoder ckptfs may find, the other made unimportable: Python 3.14's ``compression.zstd`` (below 3.14,
+    ``backports.zstd``, the same module, stands in for it) or the ``zstandard`` wheel."""
+    if request.param == "compression.zstd":
+        if sys.version_info < (3, 14):
+            from backports import zstd
+
+            monkeypatch.setitem(sys.modules, "compression", types.SimpleNamespace(zstd=zstd))
+            monkeypatch.setitem(sys.modules, "compression.zstd", zstd)
+        monkeypatch.setitem(sys.modules, "zstandard", None)
+    else:
+        monkeypatch.setitem(sys.modules, "compression.zstd", None)
+        monkeypatch.delitem(sys.modules, "compression", raising=False)
+    return request.param
+
+
+def test_the_default_install_has_a_decoder() -> None:
+    """No extra to install: below Python 3.14 the zstandard wheel is a dependency of ckptfs itself."""
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert "zstandard>=0.22; python_version < '3.14'" in project["dependencies"]
+    assert "zstd" not in project["optional-dependencies"]
+
+
+def test_without_any_decoder_the_error_says_what_is_missing(compressed: tuple[Path, torch.Tensor],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "compression.zstd", None)
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    with ckptfs.open(compressed[0]) as ck, pytest.raises(UnsupportedError, match=(
+            r"saved with the ZStandard extension, and this Python has neither compression.zstd nor the "
+            r"zstandard package that ckptfs depends on: reinstall ckptfs")):
+        ck.read(ck.tensor(("w",)))
+
+
+def test_either_decoder_reads_torch_s_bytes(compressed: tuple[Path, torch.Tensor], decoder: str) -> None:
+    path, tensor = compressed
+    with ckptfs.open(path) as ck:
+        _reads(ck, raw_bytes(tensor))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_either_decoder_refuses_a_damaged_frame_alike(decoder: str, damage: str) -> None:
+    data = {"truncated": FRAME[:-5], "corrupt": FRAME[:8] + bytes(16) + FRAME[24:]}[damage]
+    with pytest.raises(CorruptCheckpointError, match=r"zstd frame is (truncated|corrupt)"):
+        source = ZstdBlobSource(BytesSource(data, "frame"), ckptfs.Limits(), RecentBlobs(1 << 20), 1 << 20)
+        source.read(0, source.size)
 
 
 def _spill_files(cache: Path) -> list[str]:
@@ -81,7 +134,7 @@ def test_an_item_within_the_budget_stays_in_memory(compressed: tuple[Path, torch
         assert _spill_files(tmp_path) == []
 
 
-def test_a_tiny_frame_never_inflates_far_past_its_bound() -> None:
+def test_a_tiny_frame_never_inflates_far_past_its_bound(decoder: str) -> None:
     """A 32 KiB frame of run-length blocks that decompresses to 1 GiB, for an item that may hold 100 MiB: the
     decoder, fed 2 KiB at a time, stops after at most 64 MiB more (fed 1 MiB at once, it made 1 GiB in one call)."""
     frame = BytesSource(rle_frame(8192), "bomb")

@@ -1079,4 +1079,4 @@ def write_case(path: Path, content: bytes | Files) -> Path:
     return path
 
 
-from hostile import dcp_cases, pt2_cases  # noqa: E402,F401  (register the .pt2 and DCP cases, built on the above)
+from hostile import dcp_cases, pt2_cases, sharded_cases  # noqa: E402,F401  (register the .pt2, DCP and ShardedTensor cases)

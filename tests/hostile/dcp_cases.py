@@ -39,6 +39,8 @@ from hostile.picklegen import (
 )
 
 META = "torch.distributed.checkpoint.metadata"
+META_1_13 = "torch.distributed._shard.checkpoint.metadata"
+SHARDED_META = "torch.distributed._shard.sharded_tensor.metadata"
 W = struct.pack("<8f", *range(8))
 B = struct.pack("<3f", 1.0, 2.0, 3.0)
 
@@ -55,10 +57,11 @@ def _size(values: tuple[int, ...]) -> bytes:
     return call(glob("torch", "Size"), ints(*values))
 
 
-def _properties(dtype: str) -> bytes:
-    return _obj(META, "TensorProperties", tup(glob("torch", dtype),
-                                              call(glob("torch.serialization", "_get_layout"), s("torch.strided")),
-                                              b"\x89", call(glob(META, "_MEM_FORMAT_ENCODING"), i(0)), b"\x89"))
+def _properties(dtype: str, torch_1_13: bool = False) -> bytes:
+    module, encoding = (SHARDED_META, "MEM_FORMAT_ENCODING") if torch_1_13 else (META, "_MEM_FORMAT_ENCODING")
+    return _obj(module, "TensorProperties", tup(glob("torch", dtype),
+                                                call(glob("torch.serialization", "_get_layout"), s("torch.strided")),
+                                                b"\x89", call(glob(module, encoding), i(0)), b"\x89"))
 
 
 def _blob(values: bytes, shape: tuple[int, ...]) -> bytes:
@@ -102,22 +105,27 @@ class Layout:
     objects: list[str] = field(default_factory=list)
     storage: list[Stored] = field(default_factory=list)
     planner: bytes | dict[str, tuple[str | int, ...]] | None = None
+    torch_1_13: bool = False
+    """Pickled as torch 1.13's ``torch.distributed._shard.checkpoint`` did (``dcp_1_13_writer``): its class names,
+    no ``storage_meta``, ``version`` or ``transform_descriptors``."""
 
     def stored(self, fqn: str, offsets: tuple[int, ...] | None = None) -> Stored:
         return next(x for x in self.storage if x.fqn == fqn and x.offsets == offsets)
 
     def metadata(self) -> bytes:
-        items = [(s(fqn), _obj(META, "TensorStorageMetadata", _attrs(
-            properties=_properties(item.dtype), size=_size(item.shape),
-            chunks=lst(*(_obj(META, "ChunkStorageMetadata", _attrs(offsets=_size(o), sizes=_size(z)))
+        meta = META_1_13 if self.torch_1_13 else META
+        items = [(s(fqn), _obj(meta, "TensorStorageMetadata", _attrs(
+            properties=_properties(item.dtype, self.torch_1_13), size=_size(item.shape),
+            chunks=lst(*(_obj(meta, "ChunkStorageMetadata", _attrs(offsets=_size(o), sizes=_size(z)))
                          for o, z in item.boxes)))))
                  for fqn, item in self.tensors.items()]
-        items += [(s(fqn), _obj(META, "BytesStorageMetadata", dct())) for fqn in self.objects]
-        storage = [(_obj(META, "MetadataIndex", _attrs(fqn=s(x.fqn), offset=b"N" if x.offsets is None else
+        items += [(s(fqn), _obj(meta, "BytesStorageMetadata", dct())) for fqn in self.objects]
+        storage = [(_obj(meta, "MetadataIndex", _attrs(fqn=s(x.fqn), offset=b"N" if x.offsets is None else
                                                        _size(x.offsets), index=b"N")),
-                    _obj("torch.distributed.checkpoint.filesystem", "_StorageInfo", _attrs(
+                    _obj(meta.replace(".metadata", ".filesystem"), "_StorageInfo", _attrs(
                         relative_path=s(x.file), offset=i(x.offset), length=i(x.length),
-                        transform_descriptors=b"N" if x.transforms is None else lst(*map(s, x.transforms)))))
+                        **({} if self.torch_1_13 else {"transform_descriptors": b"N" if x.transforms is None
+                                                       else lst(*map(s, x.transforms))}))))
                    for x in self.storage]
         if isinstance(self.planner, bytes):
             planner = self.planner
@@ -126,6 +134,9 @@ class Layout:
         else:
             planner = dct(*((s(fqn), tup(*(s(k) if isinstance(k, str) else i(k) for k in path)))
                             for fqn, path in self.planner.items()))
+        if self.torch_1_13:
+            return pickle(_obj(meta, "Metadata", _attrs(state_dict_metadata=dct(*items), planner_data=planner,
+                                                        storage_data=dct(*storage))), proto=4)
         return pickle(_obj(META, "Metadata", _attrs(state_dict_metadata=dct(*items), planner_data=planner,
                                                     storage_data=dct(*storage), storage_meta=b"N",
                                                     version=s("1.0.0"))))
@@ -281,8 +292,30 @@ def _reads_valid_tensors(ck: ckptfs.Checkpoint) -> None:
     assert ck.read(ck.tensor(("model", "w"))) == W and ck.read(ck.tensor(("model", "b"))) == B
 
 
+def _1_13(*mutations: Callable[[Layout], None]) -> Callable[[Layout], None]:
+    """The layout as torch 1.13 wrote it (no planner_data: it did not flatten), then ``mutations``."""
+    def mutate(layout: Layout) -> None:
+        layout.torch_1_13, layout.planner = True, None
+        for mutation in mutations:
+            mutation(layout)
+
+    return mutate
+
+
+def _reads_valid_1_13(ck: ckptfs.Checkpoint) -> None:
+    assert ck.details["written_by"] == "torch 1.13's torch.distributed._shard.checkpoint" and ck.root["step"] == 5
+    assert ck.read(ck.tensor(("model.w",))) == W and ck.read(ck.tensor(("model.b",))) == B
+
+
 W_AT_2 = r"'model.w' at \[2, 0\]"
 case("dcp_valid", "dcp", directory(), check=_reads_valid)
+case("dcp_1_13_valid", "dcp", directory(_1_13()), check=_reads_valid_1_13)
+case("dcp_1_13_chunks_overlap", "dcp", directory(_1_13(_boxes(((0, 0), (2, 2)), ((1, 0), (2, 2))))),
+     CorruptCheckpointError, r"chunks of tensor 'model.w' at \[1, 0\] and \[0, 0\] overlap")
+case("dcp_1_13_range_past_its_file", "dcp", directory(_1_13(_set("model.w", (2, 0), length=1 << 40))),
+     CorruptCheckpointError, r"'model.w' at \[2, 0\] is stored at \[0, 1099511627776\) of '__1_0.distcp'")
+case("dcp_1_13_path_traversal", "dcp", directory(_1_13(_set("model.w", (2, 0), file="../__1_0.distcp"))),
+     CorruptCheckpointError, r"relative_path '../__1_0.distcp' is not a file name in the directory")
 case("dcp_no_planner_data", "dcp", directory(lambda d: setattr(d, "planner", None)),
      check=lambda ck: (set(ck.root) == {"model.w", "model.b", "step"}) or None)
 case("dcp_range_past_its_file", "dcp", directory(_set("model.w", (2, 0), length=1 << 40)), CorruptCheckpointError,
