@@ -70,6 +70,8 @@ def test_output_comparison() -> None:
     assert output_matches(["a  "], "a\n")
     assert not output_matches(["a", "d"], "a\nb\nd\n")
     assert not output_matches(["a"], "a\nb\n")
+    assert output_matches(["x (...) y"], "x (5.8 KiB in 0.03 s) y\n")
+    assert not output_matches(["x (...) y"], "x (5.8 KiB) z\n")
     assert [c.text for c in console_commands("$ echo a \\\nb\na b\n$ true\n")] == ["echo a \nb", "true"]
 
 
