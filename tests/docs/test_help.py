@@ -58,7 +58,8 @@ def test_help_examples_run(command: str, tmp_path: Path) -> None:
     assert examples_in(help_output) == [line.strip() for line in EXAMPLES[command].splitlines()[1:]]
     for example in examples_in(help_output):
         mnt.mkdir(exist_ok=True)
-        if "/mnt/m" in example and not example.startswith("ckptfs mount "):  # an example about a mount: make it
+        if ("/mnt/m" in example or command == "mounts") and not example.startswith("ckptfs mount "):
+            # an example about a mount: make one
             subprocess.run([*CLI, "mount", "model.pt", str(mnt)], cwd=tmp_path, check=True, timeout=60)
         try:
             proc = subprocess.run(["bash", "-c", "set -o pipefail; " + example.replace("/mnt/m", str(mnt))],
