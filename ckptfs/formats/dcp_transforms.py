@@ -11,7 +11,7 @@ the checkpoint's such files together at most ``SPILL_BYTES``, and never filling
 the disk past ``SPILL_FREE_BYTES``. A blob that fits neither is streamed from the
 start for every read, keeping only the requested bytes. The decoder is fed
 ``FEED`` bytes at a time, so that one call cannot inflate a tiny frame into
-gigabytes. README: "DCP directories".
+gigabytes. docs/formats.md: "DCP directories".
 """
 
 from __future__ import annotations

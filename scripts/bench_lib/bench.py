@@ -12,7 +12,7 @@ the per-run ratio, so drift of the machine cancels:
 * ratar   the same record through ratarmount (``--ratarmount``)
 * torch   ``torch.load(mmap=True, weights_only=True)`` + names and shapes (legacy: plain load)
 
-See ``scripts/bench --help`` and the README's "Benchmark" section. The modules, each importing only
+See ``scripts/bench --help`` and docs/benchmarks.md. The modules, each importing only
 those before it: common -> mounts, results, torch_client -> harness -> one module per section -> sections
 (the registry) -> bench (this command line).
 """
