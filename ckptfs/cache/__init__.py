@@ -24,10 +24,10 @@ from ckptfs.limits import Limits
 from ckptfs.sources import ByteSource
 
 MIN_TENSORS = 100
-"""Below this, a parse takes a few milliseconds and an entry saves one or two (measured: see the README)."""
+"""Below this, a parse takes a few milliseconds and an entry saves one or two (measured: docs/cli.md)."""
 MIN_TENSORS_BY_FORMAT = {"pt2": 10_000}
 """Formats whose parse is cheaper per tensor: a ``.pt2``'s JSON configs parse at ~40 µs a tensor, and reading
-an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: see the README)."""
+an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: docs/cli.md)."""
 
 
 class MetadataCache:

@@ -24,11 +24,7 @@ def add_cat_parser(sub: Any) -> argparse.ArgumentParser:
         "cat", help="write one tensor's bytes (or an .npy) to stdout or a file, without mounting",
         description="Write the logical bytes of the tensor KEY names (C order, little-endian: the bytes of its file "
                     "in a mount) to stdout, or to OUT. KEY is the tensor's file as `ckptfs ls` prints it, or its "
-                    "dotted state-dict key (model.embed.weight).",
-        epilog="examples:\n"
-               "  ckptfs cat model.pt embed.weight | xxd | head\n"
-               "  ckptfs cat model.pt model/layers/0/attn.weight -o w.bin\n"
-               "  ckptfs cat --npy model.pt embed.weight -o embed.npy   # then np.load('embed.npy')")
+                    "dotted state-dict key (model.embed.weight).")
     cat.add_argument("source", metavar="SRC", help="a checkpoint")
     cat.add_argument("key", metavar="KEY", help="a tensor's file (as ckptfs ls prints it) or dotted key")
     cat.add_argument("-o", "--output", metavar="OUT", help="write to this file instead of stdout")

@@ -29,11 +29,7 @@ def add_diff_parser(sub: Any) -> argparse.ArgumentParser:
                     "whatever their formats: one line per tensor that differs (only in A, only in B, dtype or "
                     "shape changed, or its bytes differ: how many elements, the largest absolute difference |b-a| "
                     "and relative one |b-a|/|a|, computed in float64), then a summary line. Exit status 0 when "
-                    "every tensor is equal, 1 when some differ, 2 on trouble (a file that cannot be read).",
-        epilog="examples:\n"
-               "  ckptfs diff before.pt after.pt\n"
-               "  ckptfs diff --quick a.pt b.pt && echo same\n"
-               "  ckptfs diff --json a.pt b.pt | jq -c 'select(.status == \"differ\")'")
+                    "every tensor is equal, 1 when some differ, 2 on trouble (a file that cannot be read).")
     diff.add_argument("a", metavar="A", help="a checkpoint")
     diff.add_argument("b", metavar="B", help="another checkpoint")
     diff.add_argument("--quick", action="store_true",

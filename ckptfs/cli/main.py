@@ -14,8 +14,10 @@ from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
+from ckptfs.cli.help_texts import EXAMPLES, LIMITS_POINTER, HelpFormatter, HelpLimits
 from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.cli.listing import json_lines, listed, text_lines
+from ckptfs.cli.manpage import ManPage
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
@@ -24,47 +26,13 @@ from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.gc_pause import gc_paused
-from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_quantity
+from ckptfs.limits import Limits, format_quantity, parse_quantity
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
 PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
-
-EXAMPLES = {
-    "ckptfs": """\
-examples:
-  ckptfs ls model.pt                          every tensor: its file in a mount, dtype, shape, size
-  ckptfs ls --json model.pt | head            the same, one JSON object a line
-  ckptfs info model.pt                        sizes, parameter count, dtypes, format
-  ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
-  ckptfs cat model.pt model.embed.weight | sha256sum      one tensor's bytes
-  ckptfs diff before.pt after.pt              which tensors differ, and by how much
-  ckptfs mount model.pt /mnt/m                a directory of per-tensor files
-  ckptfs umount /mnt/m
-  ckptfs convert model.pt model.safetensors   the tensors as one safetensors file (also --to npz, dir)
-  ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
-    "ls": """\
-examples:
-  ckptfs ls model.pt
-  ckptfs ls --json model.pt | jq -r 'select(.dtype == "bfloat16") | .file'
-  ckptfs ls model.pt --limit max_pickle_bytes=1GiB""",
-    "info": """\
-examples:
-  ckptfs info model.pt
-  ckptfs info --json model.pt | jq '.tensors[0]'
-  ckptfs info --json --indent 2 model.pt --limit max_generated_bytes=1GiB""",
-    "mount": """\
-examples:
-  ckptfs mount model.pt /mnt/m
-  ckptfs mount -f --debug model.pt /mnt/m""",
-    "umount": """\
-examples:
-  ckptfs umount /mnt/m
-  ckptfs umount -l /mnt/m""",
-}
-
 
 def cmd_ls(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
@@ -151,7 +119,7 @@ def _parse_limit(text: str) -> tuple[str, int]:
 def _add_limit_option(parser: argparse.ArgumentParser, dest: str) -> None:
     """``--limit`` before or after the command (two destinations: a command's namespace replaces the top one's)."""
     parser.add_argument("--limit", action="append", type=_parse_limit, default=[], dest=dest, metavar="NAME=VALUE",
-                        help="raise a safety limit (repeatable; names and defaults below), e.g. "
+                        help="raise a safety limit (repeatable; ckptfs --help-limits lists them), e.g. "
                              "--limit max_pickle_bytes=1GiB")
 
 
@@ -159,25 +127,6 @@ def _add_debug_option(parser: argparse.ArgumentParser) -> None:
     """``--debug`` after the command too; given nowhere, the top parser's False stands."""
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the traceback of an error")
-
-
-def limits_help() -> str:
-    """The epilog listing every limit with its default."""
-    defaults = {name: f"{name}={format_quantity(value, name.endswith('_bytes'))}"
-                for name, value in Limits.defaults().items()}
-    width = max(map(len, defaults.values()))
-    lines = [f"  {defaults[name]:<{width}}  {SUMMARIES[name]}" for name in Limits.names()]
-    return ("limits, with their defaults (raise one with --limit NAME=VALUE;\n"
-            f"VALUE is {UNITS_HELP}):\n" + "\n".join(lines))
-
-
-class _HelpFormatter(argparse.HelpFormatter):
-    """Wraps one-paragraph texts; keeps texts laid out by hand (epilogs of examples and limits) as they are."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -205,15 +154,17 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ckptfs", formatter_class=_HelpFormatter,
+    parser = _Parser(prog="ckptfs", usage="%(prog)s [options] COMMAND ...", formatter_class=HelpFormatter,
                      description="Read PyTorch checkpoints without torch: list them, describe them, mount them "
                                  "as a read-only directory of per-tensor files.",
-                     epilog=EXAMPLES["ckptfs"] + "\n\n" + limits_help())
+                     epilog=EXAMPLES["ckptfs"] + "\n\n" + LIMITS_POINTER)
     parser.add_argument("--version", action=_Version)
+    parser.add_argument("--help-limits", action=HelpLimits)
+    parser.add_argument("--man", action=ManPage)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (with mount: also log every request)")
     _add_limit_option(parser, "limit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, prog="ckptfs",
                                 title="commands", help="ckptfs COMMAND --help tells more")
     _add_reading_commands(sub)
     convert = add_convert_command(sub)
@@ -265,13 +216,7 @@ def _add_mount_commands(sub: Any) -> None:
         "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
-                    "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT",
-        epilog="examples:\n"
-               "  ckptfs mount model.pt /mnt/m\n"
-               "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
-               "  ckptfs mount -o views=json,npy model.pt /mnt/m  # no model.safetensors, no /.zarr\n"
-               "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
-               "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
+                    "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT")
     mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
                                                       "http(s)://, gs://, ...; a DCP directory's ends in /)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
@@ -328,9 +273,9 @@ def _indent(text: str) -> int:
 def _lay_out_help(sub: Any) -> None:
     """Every command's help: examples, and the limits for those that take --limit."""
     for name, command in sub.choices.items():
-        command.formatter_class = _HelpFormatter
+        command.formatter_class = HelpFormatter
         epilog = [command.epilog, EXAMPLES.get(name) if command.epilog is None else None,
-                  limits_help() if name in PARSING_COMMANDS else None]
+                  LIMITS_POINTER if name in PARSING_COMMANDS else None]
         command.epilog = "\n\n".join(text for text in epilog if text)
 
 

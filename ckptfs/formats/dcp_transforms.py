@@ -10,9 +10,9 @@ under the user's cache directory (``$XDG_CACHE_HOME/ckptfs``, ``~/.cache/ckptfs`
 the checkpoint's such files together at most ``SPILL_BYTES``, and never filling
 the disk past ``SPILL_FREE_BYTES``. A blob that fits neither is streamed from the
 start for every read, keeping only the requested bytes. No decoder call makes
-more than 64 MiB, so that one call cannot inflate a tiny frame into gigabytes. The decoder is the standard library's ``compression.zstd``
-(Python 3.14 on), else the ``zstandard`` wheel, a dependency below 3.14.
-README: "DCP directories".
+more than 64 MiB, so that one call cannot inflate a tiny frame into gigabytes. The decoder is the
+standard library's ``compression.zstd`` (Python 3.14 on), else the ``zstandard`` wheel, a dependency below
+3.14. docs/formats.md: "DCP directories".
 """
 
 from __future__ import annotations

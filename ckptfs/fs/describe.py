@@ -1,7 +1,7 @@
 """JSON descriptions of tensors and of the object tree (the CLI's ``info`` and the mount's metadata).
 
 Values JSON cannot hold are encoded as one-key objects whose key starts with
-``$`` (documented in the README): ``$bytes`` (base64), ``$int`` (decimal text,
+``$`` (documented in docs/formats.md, "JSON encodings"): ``$bytes`` (base64), ``$int`` (decimal text,
 for integers beyond ±2**53), ``$float`` (``nan``, ``inf``, ``-inf``),
 ``$complex``, ``$tuple``, ``$set``, ``$dict`` (pairs, for non-string keys),
 ``$global``, ``$object``, ``$ndarray``, ``$tensor``, ``$ref`` (a value met

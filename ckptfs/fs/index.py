@@ -44,61 +44,37 @@ def make_index(layout: Tree) -> bytearray:
     Entries name their parent by id rather than repeating their key path, so
     the index grows with the number of entries, not with their depth. A
     tensor's ``path`` and ``file`` are spelled out: joined from texts made
-    once per directory, not re-encoded key by key. One function on purpose: its
-    loop runs once per entry (hundreds of thousands), and the state it carries
-    (open directories, their folder text, ids) is what each line is made from.
+    once per directory, not re-encoded key by key.
     """
     ck = layout.checkpoint
-    views_shown = layout.view_names
-    sidecar_shown, npy_shown = "json" in views_shown, "npy" in views_shown
-    scales_shown, zero_points_shown = "q_scales" in views_shown, "q_zero_points" in views_shown
-    budget = ck.limits.max_generated_bytes
-    head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(),
-            "zarr": ZARR_DIR if "zarr" in views_shown else None}
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
-    tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
+    tensors = _head(layout)
     entries = bytearray()
     root_kind = {"kind": "dir"} if layout.boxed else container_kind(layout.root.value)
     entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
     ids: dict[int, int] = {} if layout.boxed else {id(layout.root.value): 0}
     next_id = 1
+    budget = ck.limits.max_generated_bytes
     # Per open directory: its children, its id, and the names on the way to it.
     stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(layout.children(layout.root)), 0, [])]
     last_folders, folder_text = stack[0][2], '"'
-    shape_texts: dict[tuple[int, ...], str] = {}
+    lines = _TensorLines(layout)
     while stack:
         nodes, parent_id, folders = stack[-1]
         node = next(nodes, None)
         if node is None:
             stack.pop()
             continue
-        kind = node.kind
         if len(tensors) + len(entries) > budget:
             raise LimitExceededError(f"{INDEX_NAME} would exceed {budget} bytes (limit max_generated_bytes)")
         node_id, next_id = next_id, next_id + 1
-        if kind is Kind.TENSOR or isinstance(node, Dir):
+        if node.kind is Kind.TENSOR or isinstance(node, Dir):
             ids[id(node.value)] = node_id
-        if kind is Kind.TENSOR:
-            tensor: Tensor = node.value
+        if node.kind is Kind.TENSOR:
             if folders is not last_folders:
                 # JSON text without its closing quote: escaping is per character, so it joins with the name's.
                 last_folders, folder_text = folders, dumps("".join(name + "/" for name in folders))[:-1]
-            name = quote(node.name)[1:]
-            shape = shape_texts.get(tensor.shape)
-            if shape is None:
-                shape = shape_texts[tensor.shape] = dumps(list(tensor.shape))
-            quantization = tensor.quantization
-            per_channel = quantization is not None and quantization.scales is not None
-            # The views shown beside the tensor, by their paths (text up to the closing quote).
-            beside = folder_text + name[:-1]
-            views = (f'"sidecar": {beside}{SIDECAR_SUFFIX}", ' if sidecar_shown else "") + (
-                f'"npy": {beside}{NPY_SUFFIX}", ' if npy_shown and npy_dtype(tensor) else "") + (
-                f'"q_scales": {beside}{SCALES_SUFFIX}", ' if per_channel and scales_shown else "") + (
-                f'"q_zero_points": {beside}{ZERO_POINTS_SUFFIX}", ' if per_channel and zero_points_shown else "")
-            tensors += (f'{{"id": {node_id}, "parent": {parent_id}, "path": {layout.paths.path_text(tensor.trail)}, '
-                        f'"file": {folder_text}{name}, {views}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
-                        f'"nbytes": {tensor.nbytes}}},\n').encode()
+            tensors += lines.line(node, node_id, parent_id, folder_text)
             continue
         line = f'{{"id": {node_id}, "parent": {parent_id}, "name": {quote(node.name)}'
         if not (layout.boxed and node.parent is layout.root):
@@ -106,7 +82,7 @@ def make_index(layout: Tree) -> bytearray:
         if isinstance(node, Dir):
             line += ", " + dumps(container_kind(node.value))[1:]
             stack.append((iter(layout.children(node)), node_id, [*folders, node.name]))
-        elif kind is Kind.LINK:
+        elif node.kind is Kind.LINK:
             line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
         else:
             size = layout.value_size(node.value)
@@ -119,3 +95,42 @@ def make_index(layout: Tree) -> bytearray:
     tensors += memoryview(entries)[:-2]
     tensors += b"\n]}\n"
     return tensors
+
+
+def _head(layout: Tree) -> bytearray:
+    """The index's opening: what the checkpoint is, then the opening of its tensor list."""
+    ck = layout.checkpoint
+    head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
+            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(),
+            "zarr": ZARR_DIR if "zarr" in layout.view_names else None}
+    return bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
+
+
+class _TensorLines:
+    """A tensor's index line, with the texts shared between tensors (shapes, the views shown) made once."""
+
+    def __init__(self, layout: Tree) -> None:
+        views_shown = layout.view_names
+        self.paths = layout.paths
+        self.sidecar_shown, self.npy_shown = "json" in views_shown, "npy" in views_shown
+        self.scales_shown, self.zero_points_shown = "q_scales" in views_shown, "q_zero_points" in views_shown
+        self.shape_texts: dict[tuple[int, ...], str] = {}
+
+    def line(self, node: Node, node_id: int, parent_id: int, folder_text: str) -> bytes:
+        """``folder_text`` is the JSON text of the tensor's folder path, without its closing quote."""
+        tensor: Tensor = node.value
+        name = quote(node.name)[1:]
+        shape = self.shape_texts.get(tensor.shape)
+        if shape is None:
+            shape = self.shape_texts[tensor.shape] = dumps(list(tensor.shape))
+        quantization = tensor.quantization
+        per_channel = quantization is not None and quantization.scales is not None
+        # The views shown beside the tensor, by their paths (text up to the closing quote).
+        beside = folder_text + name[:-1]
+        views = (f'"sidecar": {beside}{SIDECAR_SUFFIX}", ' if self.sidecar_shown else "") + (
+            f'"npy": {beside}{NPY_SUFFIX}", ' if self.npy_shown and npy_dtype(tensor) else "") + (
+            f'"q_scales": {beside}{SCALES_SUFFIX}", ' if per_channel and self.scales_shown else "") + (
+            f'"q_zero_points": {beside}{ZERO_POINTS_SUFFIX}", ' if per_channel and self.zero_points_shown else "")
+        return (f'{{"id": {node_id}, "parent": {parent_id}, "path": {self.paths.path_text(tensor.trail)}, '
+                f'"file": {folder_text}{name}, {views}"dtype": {quote(tensor.dtype.name)}, "shape": {shape}, '
+                f'"nbytes": {tensor.nbytes}}},\n').encode()

@@ -1,7 +1,7 @@
 """Model values as JSON-ready values, and keys as JSON text.
 
 Values JSON cannot hold are encoded as one-key objects whose key starts with
-``$`` (documented in the README): ``$bytes`` (base64), ``$int`` (decimal text,
+``$`` (documented in docs/formats.md, "JSON encodings"): ``$bytes`` (base64), ``$int`` (decimal text,
 for integers beyond ±2**53), ``$float`` (``nan``, ``inf``, ``-inf``),
 ``$complex``, ``$tuple``, ``$set``, ``$global``, ``$ndarray``, ``$str``
 (a string that is not valid UTF-8), ``$unhashable`` and ``$repr``.

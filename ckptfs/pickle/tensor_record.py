@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import Any
 
 from ckptfs.pickle.machine import Machine
 
@@ -53,37 +54,27 @@ class _Fallback(Exception):
 
 
 def apply(u: Machine, match: re.Match[bytes]) -> bool:
-    """Does what the record's opcodes do; False (nothing done) when they should run instead."""
+    """Does what the record's opcodes do; False (nothing done) when they should run instead.
+
+    Longer than 60 lines on purpose: it runs once per tensor of a checkpoint, and its memo reads and writes
+    stay inline in opcode order (a helper call per string costs as much as the rest of the record). What
+    decides whether it runs at all is ``_plain_tuples``.
+    """
     stack, limits, memo = u.stack, u.limits, u.memo
     unpack = _U32.unpack_from
     # Near a limit the opcodes run, so that limit errors come in their order.
     if (not stack or len(u.metastack) + 2 > limits.max_stack_depth or limits.max_stack_depth < MAX_PUSHES
             or len(memo) + MAX_PUTS > limits.max_memo_entries):
         return False
-    (tag_get, tag_length, tag_text, tag_put, cls_get, cls_module, cls_name, cls_put,
-     key_get, key_length, key_text, key_put, location_get, location_length, location_text, location_put,
-     numel_op, view, pid_put, offset_op, size_op, size_put, stride_op, stride_put, grad,
-     od_get, od_module, od_name, od_put, metadata_put, args_put, result_put) = match.groups()
-    # Everything that could make the opcodes run instead is checked before the memo is touched: the strings'
-    # declared lengths, the tuples' counts, and that every get finds its key. A get of a key a PUT of this
-    # same record would write first (torch never writes one) is left to the opcodes too. Nothing after
-    # these checks can fail, so the memo needs no undoing.
-    if ((tag_get is None and tag_length[0] != len(tag_text))
-            or (key_get is None and key_length[0] != len(key_text))
-            or (location_get is None and location_length[0] != len(location_text))):
+    groups = match.groups()
+    tuples = _plain_tuples(memo, groups)
+    if tuples is None:
         return False
-    size_items = _TUPLES.get(size_op)
-    stride_items = _TUPLES.get(stride_op)
-    try:
-        if size_items is None:
-            size_items = _tuple_items(size_op)
-        if stride_items is None:
-            stride_items = _tuple_items(stride_op)
-    except _Fallback:
-        return False
-    for get in (tag_get, cls_get, key_get, location_get, od_get):
-        if get is not None and (get[1] if get[0] == 0x68 else unpack(get, 1)[0]) not in memo:
-            return False
+    size_items, stride_items = tuples
+    (tag_get, _, tag_text, tag_put, cls_get, cls_module, cls_name, cls_put,
+     key_get, _, key_text, key_put, location_get, _, location_text, location_put,
+     numel_op, view, pid_put, offset_op, _, size_put, _, stride_put, grad,
+     od_get, od_module, od_name, od_put, metadata_put, args_put, result_put) = groups
     # The memo reads and writes, in opcode order (a memo index is ``op[1]`` of a BINGET/BINPUT, else the LONG_
     # form's u32: inline, as a call per index costs as much as the rest of the record).
     if tag_get is not None:
@@ -110,8 +101,7 @@ def apply(u: Machine, match: re.Match[bytes]) -> bool:
         location = location_text.decode("ascii")
         if location_put is not None:
             memo[location_put[1] if location_put[0] == 0x71 else unpack(location_put, 1)[0]] = location
-    numel = _int(numel_op)
-    pid = (tag, cls, key, location, numel, None) if view else (tag, cls, key, location, numel)
+    pid = (tag, cls, key, location, _int(numel_op), None) if view else (tag, cls, key, location, _int(numel_op))
     memo[pid_put[1] if pid_put[0] == 0x71 else unpack(pid_put, 1)[0]] = pid
     size = tuple(size_items)  # a tuple of its own, as the opcodes make: the tree tells shared tuples apart
     if size_put is not None:
@@ -137,6 +127,38 @@ def apply(u: Machine, match: re.Match[bytes]) -> bool:
     stack.append(result)
     u.pos = match.end()
     return True
+
+
+def _plain_tuples(memo: dict[int, Any], groups: tuple[Any, ...]) -> tuple[list[int], list[int]] | None:
+    """The size's and stride's items, or None when the opcodes must run instead.
+
+    Everything that could make the opcodes run instead is checked before the memo is touched: the strings'
+    declared lengths, the tuples' counts, and that every get finds its key. A get of a key a PUT of this
+    same record would write first (torch never writes one) is left to the opcodes too. Nothing after
+    these checks can fail, so the memo needs no undoing.
+    """
+    (tag_get, tag_length, tag_text, _tag_put, cls_get, _cls_module, _cls_name, _cls_put,
+     key_get, key_length, key_text, _key_put, location_get, location_length, location_text, _location_put,
+     _numel_op, _view, _pid_put, _offset_op, size_op, _size_put, stride_op, _stride_put, _grad,
+     od_get) = groups[:26]
+    if ((tag_get is None and tag_length[0] != len(tag_text))
+            or (key_get is None and key_length[0] != len(key_text))
+            or (location_get is None and location_length[0] != len(location_text))):
+        return None
+    size_items = _TUPLES.get(size_op)
+    stride_items = _TUPLES.get(stride_op)
+    try:
+        if size_items is None:
+            size_items = _tuple_items(size_op)
+        if stride_items is None:
+            stride_items = _tuple_items(stride_op)
+    except _Fallback:
+        return None
+    unpack = _U32.unpack_from
+    for get in (tag_get, cls_get, key_get, location_get, od_get):
+        if get is not None and (get[1] if get[0] == 0x68 else unpack(get, 1)[0]) not in memo:
+            return None
+    return size_items, stride_items
 
 
 def _int(raw: bytes) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 from remote_stores import BUCKET, NginxStore, RadosgwStore, missing_radosgw
 
 if TYPE_CHECKING:
-    from bench import Bench
+    from harness import Bench
 
 MiB = 1 << 20
 RANDOM_READS = 300

@@ -1,6 +1,6 @@
 """HTTP clients side by side on one server: median 4 KiB ranged GET, one 256 MiB GET, 8 parallel 32 MiB GETs.
 
-How ckptfs' remote sources chose their client (README, "Remote checkpoints"). Serve a directory holding
+How ckptfs' remote sources chose their client (docs/remote.md). Serve a directory holding
 big.bin (256 MiB) and bkt/big.bin (the same, for the S3 clients, path-style) with nginx on 127.0.0.1:18080,
 install the clients (pip install obstore s3fs fsspec aiohttp urllib3), then:
 

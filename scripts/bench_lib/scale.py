@@ -14,7 +14,7 @@ Figures, per run, ckptfs beside torch and the floors:
 * ``scale_ls``, ``scale_info``  ``ckptfs ls`` and ``ckptfs info`` of the file, whole processes, output discarded
 * ``scale_nest_mount``, ``scale_nest_find``, ``scale_nest_rss``  the same with ``--nest`` (when ckptfs has it)
 
-Bench calls ``run(bench, tools)`` with itself and its own module (``tools``: its helpers, kept in one place).
+Bench calls ``run(bench)`` with itself.
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ import json
 import os
 import subprocess
 import sys
-from types import ModuleType
+import time
 from typing import Any
+
+from common import LIB, log, proc_stat, proc_status_kib, timed, warm, write_root_entries
+from results import Check
+from torch_client import TorchWorker
 
 TENSORS = 200_000
 QUICK_TENSORS = 20_000
@@ -37,32 +41,32 @@ def tensors(args: Any) -> int:
     return args.scale_tensors or (QUICK_TENSORS if args.quick else TENSORS)
 
 
-def define_checks(bench: Any, tools: ModuleType) -> None:
+def define_checks(bench: Any) -> None:
     n = tensors(bench.args)
     checks = bench.res.checks
     full = n >= TENSORS
     for key, label in (("scale_mount", "mount ready"), ("scale_remount", "repeat mount ready"),
                        ("scale_find", "find -ls"), ("scale_rss", "daemon peak RSS, MiB"),
                        ("scale_ls", "ckptfs ls"), ("scale_info", "ckptfs info")):
-        checks.append(tools.Check(key, "ckptfs", None, "<=", TARGETS[key] if full else None,
+        checks.append(Check(key, "ckptfs", None, "<=", TARGETS[key] if full else None,
                                   f"{label} ({n} tensors)"))
-    checks.append(tools.Check("scale_mount", "ckptfs", "torch", "<=", None,
+    checks.append(Check("scale_mount", "ckptfs", "torch", "<=", None,
                               f"mount ready ({n} tensors) / torch.load(mmap)+listing"))
-    checks.append(tools.Check("scale_mount", "torch", None, "<=", None,
+    checks.append(Check("scale_mount", "torch", None, "<=", None,
                               f"torch.load(mmap)+listing ({n} tensors), seconds"))
-    checks.append(tools.Check("scale_mount", "floor", None, "<=", None,
+    checks.append(Check("scale_mount", "floor", None, "<=", None,
                               f"floor of a Python mount ({n} tensors): C unpickler + C listing, seconds"))
-    checks.append(tools.Check("scale_find", "clist", None, "<=", None, f"find -ls of the C listing ({n}), seconds"))
-    checks.append(tools.Check("scale_find", "ckptfs", "clist", "<=", None, f"find -ls ({n}) / C listing"))
+    checks.append(Check("scale_find", "clist", None, "<=", None, f"find -ls of the C listing ({n}), seconds"))
+    checks.append(Check("scale_find", "ckptfs", "clist", "<=", None, f"find -ls ({n}) / C listing"))
     for side in ("ckptfs", "clist"):
-        checks.append(tools.Check("scale_find_cpu", side, None, "<=", None,
+        checks.append(Check("scale_find_cpu", side, None, "<=", None,
                                   f"{side} daemon CPU per entry listed by find -ls ({n}), us"))
     for key, label in (("scale_nest_mount", "mount ready --nest"), ("scale_nest_find", "find -ls --nest"),
                        ("scale_nest_rss", "daemon peak RSS --nest, MiB")):
-        checks.append(tools.Check(key, "ckptfs", None, "<=", None, f"{label} ({n} tensors)"))
+        checks.append(Check(key, "ckptfs", None, "<=", None, f"{label} ({n} tensors)"))
 
 
-def make_checkpoint(bench: Any, tools: ModuleType) -> str:
+def make_checkpoint(bench: Any) -> str:
     n = tensors(bench.args)
     path = bench.workdir / f"moe-{n}.pt"
     manifest = bench.workdir / f"moe-{n}.json"
@@ -72,8 +76,8 @@ def make_checkpoint(bench: Any, tools: ModuleType) -> str:
     except (OSError, ValueError):
         reuse = False
     if not reuse:
-        bench.torch = bench.torch or tools.TorchWorker()
-        tools.log(f"creating a {n}-tensor mixture-of-experts checkpoint with torch")
+        bench.torch = bench.torch or TorchWorker()
+        log(f"creating a {n}-tensor mixture-of-experts checkpoint with torch")
         bench.torch.call(op="make_moe", path=str(path), count=n)
         manifest.write_text(json.dumps(want))
     bench.res.meta["checkpoints"] = {**bench.res.meta.get("checkpoints", {}),
@@ -87,19 +91,19 @@ def _has_nest(bench: Any) -> bool:
     return "--nest" in probe.stdout
 
 
-def _cli_seconds(bench: Any, tools: ModuleType, command: str, src: str, extra: tuple[str, ...] = ()) -> float:
+def _cli_seconds(bench: Any, command: str, src: str, extra: tuple[str, ...] = ()) -> float:
     argv, env = bench.ckptfs_argv(src, "MNT")
     argv = argv[: argv.index("mount")] + [command, src, *extra]
-    start = tools.time.perf_counter()
+    start = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
-    return tools.time.perf_counter() - start
+    return time.perf_counter() - start
 
 
-def _find(bench: Any, tools: ModuleType, m: Any, side: str, find: Any) -> None:
+def _find(bench: Any, m: Any, side: str, find: Any) -> None:
     """``find -ls`` of the mount, and the daemon's CPU time for it per entry listed (µs)."""
-    before = tools.proc_stat(m.pid)
-    find.add(side, tools.timed(["find", m.mnt, "-ls"]))
-    after = tools.proc_stat(m.pid)
+    before = proc_stat(m.pid)
+    find.add(side, timed(["find", m.mnt, "-ls"]))
+    after = proc_stat(m.pid)
     if before is not None and after is not None:
         entries = bench.res.meta.setdefault("scale_entries", {}).get(side)
         if entries is None:
@@ -109,26 +113,26 @@ def _find(bench: Any, tools: ModuleType, m: Any, side: str, find: Any) -> None:
             side, (after.cpu_s - before.cpu_s) / entries * 1e6)
 
 
-def _mount_figures(bench: Any, tools: ModuleType, src: str, tag: str, ready: Any, find: Any, rss: Any,
+def _mount_figures(bench: Any, src: str, tag: str, ready: Any, find: Any, rss: Any,
                    listing: Any = None) -> None:
     m = bench.mount_ckptfs(src, tag)
     try:
         ready.add("ckptfs", m.ready_s)
-        _find(bench, tools, m, "ckptfs", find)
-        hwm = tools.proc_status_kib(m.pid, "VmHWM")
+        _find(bench, m, "ckptfs", find)
+        hwm = proc_status_kib(m.pid, "VmHWM")
         if hwm is not None:
             rss.add("ckptfs", hwm / 1024)
         if listing is not None:
-            bench.res.meta["scale_root_entries"] = tools.write_root_entries(m.mnt, listing)
+            bench.res.meta["scale_root_entries"] = write_root_entries(m.mnt, listing)
     finally:
         bench.mounts.stop(m)
 
 
-def run(bench: Any, tools: ModuleType) -> None:
+def run(bench: Any) -> None:
     a = bench.args
-    src = make_checkpoint(bench, tools)
-    tools.warm(src, 0, os.path.getsize(src))
-    bench.torch = bench.torch or tools.TorchWorker()
+    src = make_checkpoint(bench)
+    warm(src, 0, os.path.getsize(src))
+    bench.torch = bench.torch or TorchWorker()
     nest = bench.have_ckptfs and _has_nest(bench)
     n = tensors(a)
     res = bench.res
@@ -138,31 +142,31 @@ def run(bench: Any, tools: ModuleType) -> None:
     rss = res.fig("scale_rss", f"daemon peak RSS after find -ls, {n} tensors", "MiB")
     listing = bench.workdir / "root-entries-scale.txt"
     for run_i in range(a.runs):
-        tools.log(f"{n}-tensor scale case, run {run_i + 1}/{a.runs}")
-        ready.add("cpickle", tools.timed([sys.executable, str(tools.LIB / "pickle_floor.py"), src]))
+        log(f"{n}-tensor scale case, run {run_i + 1}/{a.runs}")
+        ready.add("cpickle", timed([sys.executable, str(LIB / "pickle_floor.py"), src]))
         if bench.have_ckptfs:
-            _mount_figures(bench, tools, src, "ckptfs-scale", ready, find, rss, listing if run_i == 0 else None)
+            _mount_figures(bench, src, "ckptfs-scale", ready, find, rss, listing if run_i == 0 else None)
             cache = ("--cache-dir", str(bench.workdir / "scale-cache"))
-            _cli_seconds(bench, tools, "ls", src, cache)  # writes the metadata cache entry the repeat mount reads
+            _cli_seconds(bench, "ls", src, cache)  # writes the metadata cache entry the repeat mount reads
             m = bench.mount_ckptfs(src, "ckptfs-scale-again", extra=cache)
             try:
                 again.add("ckptfs", m.ready_s)
             finally:
                 bench.mounts.stop(m)
-            res.fig("scale_ls", f"ckptfs ls, {n} tensors", "s").add("ckptfs", _cli_seconds(bench, tools, "ls", src))
+            res.fig("scale_ls", f"ckptfs ls, {n} tensors", "s").add("ckptfs", _cli_seconds(bench, "ls", src))
             res.fig("scale_info", f"ckptfs info, {n} tensors", "s").add(
-                "ckptfs", _cli_seconds(bench, tools, "info", src))
+                "ckptfs", _cli_seconds(bench, "info", src))
             m = bench.mount_clist(listing, "clist-scale")
             try:
                 ready.add("clist", m.ready_s)
                 ready.add("floor", ready.values["cpickle"][-1] + m.ready_s)
-                _find(bench, tools, m, "clist", find)
+                _find(bench, m, "clist", find)
             finally:
                 bench.mounts.stop(m)
             if nest:
                 a.ckptfs_arg.append("--nest")
                 try:
-                    _mount_figures(bench, tools, src, "ckptfs-scale-nest",
+                    _mount_figures(bench, src, "ckptfs-scale-nest",
                                    res.fig("scale_nest_mount", f"mount ready --nest, {n} tensors", "s"),
                                    res.fig("scale_nest_find", f"find -ls --nest, {n} tensors", "s"),
                                    res.fig("scale_nest_rss", f"daemon peak RSS --nest, {n} tensors", "MiB"))

@@ -67,7 +67,7 @@ torch.save(torch_worker.make_many(int(sys.argv[3])), sys.argv[2])
 
 
 class Tools(NamedTuple):
-    """What the section uses of ``bench.py`` (a script: this module cannot import it)."""
+    """What the section uses of ``common.py`` (handed in by ``sections.py``)."""
 
     timed: Callable[..., float]
     drop_cache: Callable[[str], None]

@@ -55,9 +55,9 @@ def test_every_limit_has_a_documented_default() -> None:
                   if isinstance(statement, ast.AnnAssign) and isinstance(following, ast.Expr)
                   and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)}
     assert documented == set(ckptfs.Limits.names())
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "limits.md").read_text()
     for name in ckptfs.Limits.names():
-        assert f"`{name}`" in readme, f"{name} is missing from the README's table of limits"
+        assert f"`{name}`" in readme, f"{name} is missing from the table of limits in docs/limits.md"
 
 
 def test_every_limit_is_tested_here() -> None:

@@ -166,7 +166,7 @@ def test_mount_t_through_mount8(installed_helper: None, source: Path, mounter: M
     assert str(mnt) not in mount_points()
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "mount.md"
 
 
 def readme_fstab_line() -> str:

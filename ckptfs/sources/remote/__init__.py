@@ -3,7 +3,7 @@ a URL prefix (a DCP directory on object storage) as a set of them.
 
 ``open_remote`` picks the backend by the URL's scheme. A URL ending in ``/`` names a prefix; one that does not
 names an object, and when there is none (404, or 403) but the URL is a prefix that holds a ``.metadata`` (or, where the
-store lists, any object), the prefix. See README, "Remote checkpoints".
+store lists, any object), the prefix. See docs/remote.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ whose body is whole; a 200 (a server ignoring ranges) is refused before its body
 Our own lean HTTP/1.1 connection (``wire``) rather than obstore or fsspec: obstore's Tokio runtime hangs in a
 process forked after it ran (the mount daemon forks after parsing), fsspec/aiohttp and urllib3 were 2-3x slower
 per small GET, and ``http.client`` spent a sixth of a 4 KiB read's latency writing the request and parsing the
-answer's headers (README, "Remote checkpoints").
+answer's headers (docs/remote.md).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 headers parsed by hand, the body read straight into the caller's buffer.
 
 ``http.client`` writes a request in several calls and parses every answer's headers with the ``email`` package;
-a 4 KiB read through a mount is one GET, and those costs were a sixth of its latency on loopback (README,
-"Remote checkpoints"). Only what ranged GETs need: a body framed by Content-Length (the answers read to their
-end, 206s, have one; an answer without is read to the connection's close and the connection dropped after).
+a 4 KiB read through a mount is one GET, and those costs were a sixth of its latency on loopback (docs/remote.md).
+Only what ranged GETs need: a body framed by Content-Length (the answers read to their end, 206s, have one;
+an answer without is read to the connection's close and the connection dropped after).
 A malformed or oversized answer raises ``http.client`` exceptions, as ``http.client`` would.
 """
 

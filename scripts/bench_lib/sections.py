@@ -1,0 +1,44 @@
+"""The registry of sections, in the order they run: one line each. A new section is a module of its own with a
+``run(bench)`` (and optionally ``define_checks(bench)``), added here."""
+
+from __future__ import annotations
+
+import big
+import many
+import scale
+import views
+from common import BenchError, drop_cache, log, resident, timed, warm
+from harness import Bench, Section
+from metadata_cache import run_cached
+from results import Check
+
+
+def _cache(bench: Bench) -> None:
+    run_cached(bench, log)
+
+
+def _views(bench: Bench) -> None:
+    views.run(bench, views.Tools(timed, drop_cache, resident, warm, log, BenchError))
+
+
+def _views_checks(bench: Bench) -> None:
+    bench.res.side_notes.update(views.SIDE_NOTES)
+    views.define_checks(bench, Check)
+
+
+def _remote(bench: Bench) -> None:
+    import remote  # its S3 clients are installed for this section only (scripts/bench --remote)
+
+    bench.res.meta["remote_table"] = remote.run(bench)
+
+
+SECTIONS = (
+    Section(big.NAMES, big.run, big.define_checks),
+    Section(("many",), many.run, many.define_checks),
+    Section(("cache",), _cache),
+    Section(("views",), _views, _views_checks, default=False),
+    Section(("remote",), _remote, default=False),
+    Section(("scale",), scale.run, scale.define_checks, default=False),
+)
+DEFAULT_NAMES = tuple(name for s in SECTIONS if s.default for name in s.names)
+OPTIONAL_NAMES = tuple(name for s in SECTIONS if not s.default for name in s.names)
