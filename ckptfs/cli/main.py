@@ -271,7 +271,8 @@ def _add_mount_commands(sub: Any) -> None:
                "  ckptfs mount -o allow_other,uid=1000,umask=022 model.pt /mnt/m\n"
                "  ckptfs mount -o views=json,npy model.pt /mnt/m  # no model.safetensors, no /.zarr\n"
                "  ckptfs mount --log-file /var/log/ckptfs.log model.pt /mnt/m\n"
-               "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal")
+               "  ckptfs mount -f --debug model.pt /mnt/m     # every request on the terminal\n"
+               "  ckptfs mount -o rw skeleton.pt /mnt/m        # tensors' files take writes, in place")
     mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
                                                       "http(s)://, gs://, ...; a DCP directory's ends in /)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
@@ -282,7 +283,8 @@ def _add_mount_commands(sub: Any) -> None:
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
-                          "_netdev, x-* ...) are ignored; rw is refused")
+                          "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into it, in place "
+                          "(ro, the default, undoes it)")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
     mnt.add_argument("--nest", action="store_true",
                      help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "
