@@ -14,6 +14,7 @@ from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
+from ckptfs.cli.fill import add_fill_parser
 from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.output import discard_output, write_text
@@ -28,7 +29,7 @@ from ckptfs.limits import SUMMARIES, UNITS_HELP, Limits, format_quantity, parse_
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert", "fill")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -254,7 +255,7 @@ def _add_reading_commands(sub: Any) -> None:
     add_cache_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
-    for command in (add_cat_parser(sub), add_diff_parser(sub)):
+    for command in (add_cat_parser(sub), add_diff_parser(sub), add_fill_parser(sub)):
         _add_limit_option(command, "command_limit")
         _add_debug_option(command)
 
