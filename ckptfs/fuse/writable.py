@@ -55,8 +55,8 @@ class WritableCheckpointFS(CheckpointFS):
             raise _FuseOSError(errno.ENOENT)
         if node.kind is Kind.DIR:
             raise _FuseOSError(errno.EISDIR)
-        if node.kind is not Kind.TENSOR or not self.writer.writable(node.value):
-            raise _FuseOSError(errno.EROFS)
+        if node.kind is not Kind.TENSOR or flags & os.O_TRUNC or not self.writer.writable(node.value):
+            raise _FuseOSError(errno.EROFS)  # O_TRUNC: the kernel asks for it here (atomic_o_trunc), not by truncate
         handle = super().open(path, os.O_RDONLY)
         self._tensors[handle] = node.value
         return handle
