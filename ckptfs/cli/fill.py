@@ -2,7 +2,9 @@
 same key (a file ``torch.serialization.skip_data`` saved), in place, through ``Checkpoint.write``.
 
 Every tensor of SRC is matched and checked (key, dtype, shape, writable) before a byte is written: a refusal
-leaves SKELETON as it was. Bytes are copied a chunk at a time, so memory stays bounded whatever the sizes.
+leaves SKELETON as it was. A tensor of SKELETON that is read-only because it views another one's bytes differently
+(``w.t()`` beside ``w``) is not written: its storage must be covered by the tensors that are, and it is compared
+with SRC's once they are. Bytes are copied a chunk at a time, so memory stays bounded whatever the sizes.
 """
 
 from __future__ import annotations
@@ -44,18 +46,26 @@ def add_fill_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_fill(args: argparse.Namespace) -> int:
     with gc_paused(), open_checkpoint(args.source, args.limits, remote_options(args), cache_dir(args)) as source:
         with open_checkpoint(args.skeleton, args.limits, mode="r+") as skeleton:
-            pairs = matched(source, skeleton)
+            pairs, views = matched(source, skeleton)
             total = 0
             for tensor, reserved in pairs:
                 total += copy(source, tensor, skeleton, reserved)
+            for tensor, reserved in views:
+                compare(source, tensor, skeleton, reserved)
     print(f"{args.skeleton}: {len(pairs):,} tensors filled, {total:,} bytes, from {args.source}")
     return 0
 
 
-def matched(source: Checkpoint, skeleton: Checkpoint) -> list[tuple[Tensor, Tensor]]:
-    """Each tensor of ``source`` with data, and the tensor ``skeleton`` has under its key, all checked."""
-    assert skeleton.writer is not None
-    pairs = []
+Pair = tuple[Tensor, Tensor]
+
+
+def matched(source: Checkpoint, skeleton: Checkpoint) -> tuple[list[Pair], list[Pair]]:
+    """Each tensor of ``source`` with data and the tensor ``skeleton`` has under its key, all checked: those to
+    write, and the views of their bytes to compare afterwards."""
+    writer = skeleton.writer
+    assert writer is not None
+    pairs: list[Pair] = []
+    views: list[Pair] = []
     for tensor in source.tensors:
         if not tensor.has_data:
             continue
@@ -67,9 +77,24 @@ def matched(source: Checkpoint, skeleton: Checkpoint) -> list[tuple[Tensor, Tens
         if reserved.dtype.name != tensor.dtype.name or reserved.shape != tensor.shape:
             raise CkptfsError(f"key {key}: {source.path} has {_spelled(tensor)}, the file reserves "
                               f"{_spelled(reserved)}", skeleton.path)
-        skeleton.writer.target(reserved)
-        pairs.append((tensor, reserved))
-    return pairs
+        (pairs if writer.writable(reserved) else views).append((tensor, reserved))
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for _, reserved in pairs:
+        target = writer.target(reserved)
+        covered.setdefault(id(target.storage), []).append((target.start, target.start + target.length))
+    for tensor, reserved in views:
+        if reserved.storage is None or not _covers(covered.get(id(reserved.storage), []), reserved.storage.nbytes):
+            writer.target(reserved)  # NotWritableError saying why
+    return pairs, views
+
+
+def _covers(ranges: list[tuple[int, int]], size: int) -> bool:
+    end = 0
+    for start, stop in sorted(ranges):
+        if start > end:
+            return False
+        end = max(end, stop)
+    return end >= size
 
 
 def copy(source: Checkpoint, tensor: Tensor, skeleton: Checkpoint, reserved: Tensor) -> int:
@@ -77,6 +102,15 @@ def copy(source: Checkpoint, tensor: Tensor, skeleton: Checkpoint, reserved: Ten
     for offset in range(0, size, CHUNK):
         skeleton.write(reserved, source.read(tensor, offset, min(CHUNK, size - offset)), offset)
     return size
+
+
+def compare(source: Checkpoint, tensor: Tensor, skeleton: Checkpoint, reserved: Tensor) -> None:
+    size = tensor.nbytes
+    for offset in range(0, size, CHUNK):
+        length = min(CHUNK, size - offset)
+        if source.read(tensor, offset, length) != skeleton.read(reserved, offset, length):
+            raise CkptfsError(f"key {dotted_key(list(tensor.path))}: a view of other tensors' bytes, which now "
+                              f"differs from {source.path}'s", skeleton.path)
 
 
 def _spelled(tensor: Tensor) -> str:
