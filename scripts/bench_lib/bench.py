@@ -54,7 +54,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many", "cache")
-OPTIONAL_SECTIONS = ("views", "scale", "remote")
+OPTIONAL_SECTIONS = ("views", "scale", "remote", "write-fill")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -620,7 +620,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"}:  # the scale case makes its own checkpoint
+        if set(a.sections) - {"scale", "write-fill"}:  # these sections make their own checkpoints
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
@@ -1070,6 +1070,10 @@ class Bench:
                 import remote
 
                 self.res.meta["remote_table"] = remote.run(self)
+            if "write-fill" in a.sections:
+                import write_fill
+
+                self.res.meta["write_fill_table"] = write_fill.run(self)
             if "scale" in a.sections:
                 scale.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
@@ -1090,8 +1094,9 @@ class Bench:
 
     def report(self) -> None:
         print(render_table(self.res), flush=True)
-        if "remote_table" in self.res.meta:
-            print("\n" + self.res.meta["remote_table"], flush=True)
+        for name in ("remote_table", "write_fill_table"):
+            if name in self.res.meta:
+                print("\n" + self.res.meta[name], flush=True)
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.res.to_json(), indent=1) + "\n")
             log(f"wrote {self.args.json}")
@@ -1167,7 +1172,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
-    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name) and name not in a.sections]
+    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name, False) and name not in a.sections]
     bad = set(a.sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
