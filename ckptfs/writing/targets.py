@@ -44,12 +44,19 @@ class Targets:
 
     def __init__(self, tensors: list[Tensor]) -> None:
         self._by_storage: dict[int, list[Tensor]] = {}
+        self._found: dict[int, Target | str] = {}
         for tensor in tensors:
             if tensor.storage is not None:
                 self._by_storage.setdefault(id(tensor.storage), []).append(tensor)
 
     def of(self, tensor: Tensor) -> Target | str:
-        """The tensor's target, or the reason it is read-only."""
+        """The tensor's target, or the reason it is read-only (worked out once: every write asks)."""
+        found = self._found.get(id(tensor))
+        if found is None:
+            found = self._found[id(tensor)] = self._work_out(tensor)
+        return found
+
+    def _work_out(self, tensor: Tensor) -> Target | str:
         storage = tensor.storage
         if tensor.kind != "dense" or storage is None:
             return "it has no stored bytes"

@@ -35,7 +35,8 @@ CRC_READ = 16 << 20
 class _Record:
     """What this writer knows of one storage record."""
 
-    __slots__ = ("storage", "places", "ranges", "crc", "crc_end", "was_whole", "crc_set", "pending", "writing")
+    __slots__ = ("storage", "places", "ranges", "crc", "crc_end", "was_whole", "crc_set", "pending", "writing",
+                 "lock")
 
     def __init__(self, storage: Storage, places: tuple[int, int], crc: int) -> None:
         self.storage = storage
@@ -52,6 +53,9 @@ class _Record:
         """Written since its CRC was last set."""
         self.writing = 0
         """Writes under way."""
+        self.lock = threading.Lock()
+        """Guards the fields above and the record's CRC in the file (each record its own: writers of different
+        records do not wait for each other's CRC work)."""
 
     def add(self, start: int, data: memoryview) -> None:
         end = start + len(data)
@@ -119,7 +123,7 @@ class TensorWriter:
             return 0
         record = self._record(target.storage)
         start = target.start + offset
-        with self._lock:
+        with record.lock:
             if record.crc_set:
                 set_crc(self._fd, record.places, 0)
                 self._forget_crc(record)
@@ -127,7 +131,7 @@ class TensorWriter:
         try:
             _pwrite_all(self._fd, view, target.storage.offset + start)
         finally:
-            with self._lock:
+            with record.lock:
                 record.writing -= 1
                 if start == record.crc_end:
                     record.crc = zlib.crc32(view, record.crc)
@@ -141,13 +145,13 @@ class TensorWriter:
     def finish(self, storages: Iterable[Storage] | None = None) -> list[Storage]:
         """Sets the CRC-32 of each whole record written since its CRC was last set (of ``storages``, or all);
         returns their storages. Records with writes under way are left for a later call."""
-        wanted = None if storages is None else {id(s) for s in storages}
-        finished = []
         with self._lock:
-            for record in self._records.values():
+            records = list(self._records.values()) if storages is None else [
+                record for storage in storages if (record := self._records.get(id(storage))) is not None]
+        finished = []
+        for record in records:
+            with record.lock:
                 if not record.pending or record.writing or not record.whole():
-                    continue
-                if wanted is not None and id(record.storage) not in wanted:
                     continue
                 crc = record.crc if record.crc_end == record.storage.nbytes else self._crc_of(record.storage)
                 set_crc(self._fd, record.places, crc)
