@@ -236,3 +236,12 @@ def test_a_second_rw_mount_of_the_same_file_is_refused(tmp_path: Path, mounter: 
     assert result.stderr == (f"ckptfs: {path}: already open for writing (by a -o rw mount or "
                              "ckptfs.open(mode='r+'))\n")
     mounter(path)  # read-only mounts are not kept out
+
+
+def test_rw_and_ro_options() -> None:
+    from ckptfs.fuse.mount_options import MountOptions, with_options
+
+    assert with_options(MountOptions(), ["rw"]).rw is True
+    assert with_options(MountOptions(), ["rw,ro"]).rw is False
+    assert with_options(MountOptions(), ["ro"]).rw is False
+    assert with_options(MountOptions(), ["rw"], rw_as_ro=True).rw is False  # mount(8) passes rw unless told ro
