@@ -284,8 +284,8 @@ def _add_mount_commands(sub: Any) -> None:
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
-                          "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into it, in place "
-                          "(ro, the default, undoes it)")
+                          "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "
+                          "it, in place (ro, the default, undoes it)")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
     mnt.add_argument("--nest", action="store_true",
                      help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "

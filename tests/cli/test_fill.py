@@ -41,7 +41,7 @@ def test_fill_copies_every_tensor_of_the_source_into_the_skeleton(kind: str, tmp
     source = SOURCES[kind](tmp_path / f"source-{kind}")
     result = _fill(skeleton, source)
     assert result.returncode == 0 and result.stderr == "", result.stderr
-    assert result.stdout.startswith(f"{skeleton}: ") and f"tensors filled" in result.stdout
+    assert result.stdout.startswith(f"{skeleton}: ") and "tensors filled" in result.stdout
     assert_loads_equal(skeleton)
     assert_crcs_verify(skeleton)
 

@@ -1,7 +1,8 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
 ``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
-``find -ls``, reads) do with a file (and for a tenth of the files, what ``mode="r+"`` writes: ``fuzz_write``), or with a directory (a torch.distributed.checkpoint
+``find -ls``, reads) do with a file (and for a tenth of the files, what ``mode="r+"``
+writes: ``fuzz_write``), or with a directory (a torch.distributed.checkpoint
 directory, given as file name → bytes and read from memory). ckptfs may raise only
 ``CkptfsError``; anything else escaping ``exercise`` is a crash.
 """
