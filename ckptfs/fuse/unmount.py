@@ -31,7 +31,7 @@ def unmount(mountpoint: str, lazy: bool = False) -> None:
         error = run_unmount(target, lazy=True)
     if error is not None:
         raise MountError(f"cannot unmount: {explain(error, entry.owner, os.geteuid())}", target)
-    if entry.writable:
+    if entry.writable and not lazy:  # lazy: detached now, the daemon finishes when its last file is closed
         wait_for_writer(entry.source, target)
 
 
