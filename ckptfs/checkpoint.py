@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.cache import MetadataCache, open_cache
-from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
+from ckptfs.errors import CkptfsError, LimitExceededError, NotWritableError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
@@ -19,6 +19,7 @@ from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
 from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, hint_extents, open_source
+from ckptfs.writing import TensorWriter, refusal_of_archive
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +39,8 @@ class Checkpoint:
         self.storages: list[Storage] = parsed.storages
         self.tensors: list[Tensor] = []
         self._reader = StorageReader(source, parsed)
+        self.writer: TensorWriter | None = None
+        """Set by ``open_for_writing`` (``mode="r+"``)."""
         self._collect_tensors(limits)
         hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
                               if s.source is source and s.offset >= 0 and not s.compressed))
@@ -148,8 +151,33 @@ class Checkpoint:
         data = self.read(tensor)
         return np.frombuffer(data, dtype=tensor.numpy_dtype).reshape(tensor.shape).copy()
 
+    def open_for_writing(self) -> None:
+        """Lets ``write`` write tensors' bytes into the file in place; NotWritableError saying why it cannot."""
+        parsed = self._reader.parsed
+        refusal = refusal_of_archive(parsed, self.source)
+        if refusal is not None:
+            raise NotWritableError(f"cannot be opened for writing: {refusal}", self.path)
+        self.writer = TensorWriter(self.path, parsed, self.tensors, self._reader.verify)  # type: ignore[arg-type]
+
+    def write(self, tensor: Tensor, data: bytes | bytearray | memoryview, offset: int = 0) -> int:
+        """Writes ``data`` at byte ``offset`` of the tensor's bytes in the file (``mode="r+"``): all of it, or none
+        (NotWritableError: the tensor is read-only; WritePastEndError: past its end). The record's CRC-32 is set
+        once all of its bytes are written, at ``sync`` or ``close``."""
+        if self.writer is None:
+            raise NotWritableError("opened read-only (ckptfs.open(path, mode='r+') writes)", self.path)
+        return self.writer.write(tensor, data, offset)
+
+    def sync(self) -> None:
+        """Sets the CRC-32 of every record whose bytes are all written, and puts the file on the disk."""
+        if self.writer is not None:
+            self.writer.sync()
+
     def close(self) -> None:
-        self.source.close()
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self.source.close()
 
     def __enter__(self) -> Checkpoint:
         return self
@@ -163,12 +191,15 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
                     remote: RemoteOptions = RemoteOptions(),
-                    cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
+                    cache_dir: str | os.PathLike[str] | None = None, mode: str = "r") -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
     fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
-    the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). The cyclic
+    the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). ``mode="r+"``
+    opens a local torch.save zip for ``Checkpoint.write`` too (NotWritableError saying why not). The cyclic
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
     of a parse."""
+    if mode not in ("r", "r+"):
+        raise UnsupportedError(f"mode {mode!r}: expected 'r' or 'r+'", str(path))
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
@@ -177,7 +208,15 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         source = open_source(path, remote)
     try:
         with gc_paused():
-            return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
+            # Writing trusts no cached parse: it needs every record's framing as the file holds it now.
+            checkpoint = _open(source, limits, open_cache(cache_dir if mode == "r" else None))  # type: ignore[arg-type]
+        if mode == "r+":
+            try:
+                checkpoint.open_for_writing()
+            except BaseException:
+                checkpoint.close()
+                raise
+        return checkpoint
     except CkptfsError as exc:
         source.close()  # type: ignore[union-attr]
         raise exc.with_path(source.name) from None  # type: ignore[union-attr]

@@ -66,3 +66,11 @@ class ObjectChangedError(SourceError):
 
 class NoSuchObjectError(SourceError):
     """What a path or URL names is not there to read (HTTP 404, or 403 where a store hides what is missing)."""
+
+
+class NotWritableError(CkptfsError):
+    """A write ckptfs refuses: the checkpoint or tensor cannot be written in place (a mount answers EROFS)."""
+
+
+class WritePastEndError(NotWritableError):
+    """A write reaching past the end of a tensor's bytes (a mount answers EFBIG); nothing is written."""

@@ -17,6 +17,7 @@ LAYERS = [
     ["ckptfs.formats"],
     ["ckptfs.cache"],
     ["ckptfs.reading"],
+    ["ckptfs.writing"],
     ["ckptfs.checkpoint"],
     ["ckptfs.fs"],
     ["ckptfs.fuse", "ckptfs.fsspec"],

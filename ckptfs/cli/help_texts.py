@@ -57,7 +57,11 @@ examples:
   ckptfs mount model.pt /mnt/m
   ckptfs mount -o views=json,npy model.pt /mnt/m    # no model.safetensors, no /.zarr
   ckptfs mount --nest --log-file ~/ckptfs.log model.pt /mnt/m
-  ckptfs mount -o uid=0,umask=022 model.pt /mnt/m   # files owned by root, mode 0555/0444 less 022""",
+  ckptfs mount -o uid=0,umask=022 model.pt /mnt/m   # files owned by root, mode 0555/0444 less 022
+  ckptfs mount -o rw skeleton.pt /mnt/m             # tensors' files take writes, in place""",
+    "fill": """\
+examples:
+  ckptfs fill skeleton.pt --from trained.pt         # trained.pt's tensors into skeleton.pt's storages""",
     "umount": """\
 examples:
   ckptfs umount /mnt/m

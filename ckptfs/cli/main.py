@@ -14,6 +14,7 @@ from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
+from ckptfs.cli.fill import add_fill_parser
 from ckptfs.cli.help_texts import EXAMPLES, LIMITS_POINTER, HelpFormatter, HelpLimits
 from ckptfs.cli.info import description_text, indented, overview
 from ckptfs.cli.listing import json_lines, listed, text_lines
@@ -30,7 +31,7 @@ from ckptfs.limits import Limits, format_quantity, parse_quantity
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
-PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert")
+PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert", "fill")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
@@ -205,7 +206,7 @@ def _add_reading_commands(sub: Any) -> None:
     add_cache_options(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
-    for command in (add_cat_parser(sub), add_diff_parser(sub)):
+    for command in (add_cat_parser(sub), add_diff_parser(sub), add_fill_parser(sub)):
         _add_limit_option(command, "command_limit")
         _add_debug_option(command)
 
@@ -227,7 +228,8 @@ def _add_mount_commands(sub: Any) -> None:
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
-                          "_netdev, x-* ...) are ignored; rw is refused")
+                          "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "
+                          "it, in place (ro, the default, undoes it)")
     mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
     mnt.add_argument("--nest", action="store_true",
                      help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "

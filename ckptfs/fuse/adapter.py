@@ -49,19 +49,31 @@ class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
             return -errno.EIO
 
 
+    def write(self, path: Any, buf: Any, size: int, offset: int, fip: Any) -> int:
+        """The kernel's buffer as an address (``WritableCheckpointFS.write`` writes from it without a copy)."""
+        try:
+            return self.operations.write(ctypes.cast(buf, ctypes.c_void_p).value, size, offset, fip.contents.fh)
+        except mfusepy.FuseOSError as exc:
+            return -exc.errno
+        except BaseException:
+            log.exception("write")
+            return -errno.EIO
+
+
 _U64 = ctypes.c_uint64
 _FH_OFFSET = mfusepy.fuse_file_info.fh.offset
 
 
 def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
-          debug: bool = False) -> None:
+          debug: bool = False, writable: bool = False) -> None:
     """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount).
 
-    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …).
+    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …); ``writable``:
+    mounted read-write (a ``WritableCheckpointFS``), else read-only.
     """
     libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
     options: dict[str, Any] = {
-        "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": True,
+        "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": not writable,
         "default_permissions": True, "max_read": MAX_REQUEST,
         "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
         **dict.fromkeys(flags, True),

@@ -95,7 +95,7 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
            options: MountOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
-                                     cache_dir)
+                                     cache_dir, mode="r+" if options.rw else "r")
         try:
             layout = Layout(checkpoint, views=options.views, nest=options.nest)
             check_fuse()
@@ -127,11 +127,13 @@ def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOp
     def on_init() -> None:
         threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
 
-    fs = operations.CheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
-                                 umask=options.umask)
+    kind = operations.CheckpointFS
+    if options.rw:
+        from ckptfs.fuse.writable import WritableCheckpointFS as kind
+    fs = kind(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid, umask=options.umask)
     try:
         adapter.serve(fs, target, fsname=options.fsname or checkpoint.path, flags=libfuse_flags(options),
-                      multithreaded=options.multithreaded, debug=options.debug)
+                      multithreaded=options.multithreaded, debug=options.debug, writable=options.rw)
     finally:
         checkpoint.close()
 

@@ -1,6 +1,7 @@
 """Mount options: ``ckptfs mount``'s flags and its ``-o`` lists, spelled as sshfs, fstab lines and mount(8) spell them.
 
-``-o`` takes libfuse's own options (``allow_other``, ``allow_root``,
+``-o`` takes ``rw`` (a writable mount, ``fuse.writable``; ``ro``, the default, undoes it), libfuse's own options
+(``allow_other``, ``allow_root``,
 ``auto_unmount``, ``fsname=``), the owner and modes of every file (``uid=``,
 ``gid=``, ``umask=``, applied by ckptfs), the views shown (``views=json,npy``, ``noviews``: see
 ``fs.views.VIEW_NAMES``), the kernel's mount flags
@@ -49,10 +50,12 @@ class MountOptions:
     """``-o cache_dir=DIR``: the cache folder (``--cache-dir``); None: the command's choice."""
     no_cache: bool = False
     """``-o nocache``: no cache on disk (``--no-cache``)."""
+    rw: bool = False
+    """``-o rw``: writable tensors' files take writes into the checkpoint, in place (``fuse.writable``)."""
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
-ALWAYS = ("ro", "default_permissions")
+ALWAYS = ("default_permissions",)
 """Accepted: every ckptfs mount is so."""
 KERNEL_FLAGS = frozenset({
     "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "nodiratime", "diratime",
@@ -96,8 +99,9 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
             elif option in ALWAYS or option in MOUNT8_FLAGS or option.startswith(MOUNT8_PREFIXES):
                 pass
             elif option == "rw":
-                if not rw_as_ro:
-                    raise MountError("a ckptfs mount is read-only (ro is implied)", "-o rw")
+                changes["rw"] = not rw_as_ro
+            elif option == "ro":
+                changes["rw"] = False
             elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir"):
                 changes[name] = _value(name, value)
             elif not sloppy:

@@ -20,6 +20,8 @@ class MountEntry:
     """The mount's source (for ckptfs: the checkpoint's absolute path, unless ``-o fsname=`` named it otherwise)."""
     owner: int | None
     """The user who mounted it (a FUSE mount's ``user_id``); None for other file systems."""
+    writable: bool = False
+    """Mounted read-write (for ckptfs: ``-o rw``)."""
 
 
 def mount_table() -> list[MountEntry]:
@@ -31,7 +33,7 @@ def mount_table() -> list[MountEntry]:
             fstype, source, options = fields[dash + 1 : dash + 4]
             owner = re.search(rb"(?:^|,)user_id=(\d+)", options)
             entries.append(MountEntry(_field(fields[4]), os.fsdecode(fstype), _field(source),
-                                      int(owner.group(1)) if owner else None))
+                                      int(owner.group(1)) if owner else None, b"rw" in fields[5].split(b",")))
     return entries
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
 import subprocess
+import time
 
 from ckptfs.errors import MountError
 from ckptfs.fuse.bindings import INSTALL_HINT
 from ckptfs.fuse.mount_table import FSTYPE, absolute_mountpoint, find_mount, is_dead
 
+WRITER_TIMEOUT = 600.0
+"""How long ``unmount`` waits for a ``-o rw`` daemon to set its last CRCs and sync the file."""
 BUSY_HINT = "busy, in use (an open file or a process's working directory; ckptfs umount -l detaches it now)"
 
 
@@ -27,6 +31,30 @@ def unmount(mountpoint: str, lazy: bool = False) -> None:
         error = run_unmount(target, lazy=True)
     if error is not None:
         raise MountError(f"cannot unmount: {explain(error, entry.owner, os.geteuid())}", target)
+    if entry.writable and not lazy:  # lazy: detached now, the daemon finishes when its last file is closed
+        wait_for_writer(entry.source, target)
+
+
+def wait_for_writer(source: str, target: str) -> None:
+    """Returns once no process holds the checkpoint open for writing: the daemon of a ``-o rw`` mount holds its
+    lock (``writing.TensorWriter``) until every CRC is set and the file synced, after the kernel let go of the
+    mount. Nothing to wait for when ``source`` is not a file (``-o fsname=`` named the mount otherwise)."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        deadline = time.monotonic() + WRITER_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise MountError(f"unmounted, but its daemon is still writing {source}", target) from None
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
 
 
 def explain(error: str, owner: int | None, uid: int) -> str:

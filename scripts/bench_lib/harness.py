@@ -38,6 +38,8 @@ class Section:
     define_checks: Callable[[Bench], None] | None = None
     default: bool = True
     """Run without ``--sections``; the others by name or by their own flag (``--views``, ``--scale``, ...)."""
+    own_checkpoint: bool = False
+    """Makes the checkpoints it measures; the shared big and many-tensor ones are made only for the others."""
 
 
 class Bench:
@@ -84,7 +86,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"}:  # the scale case makes its own checkpoint
+        if any(not section.own_checkpoint for section in self.sections):
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
@@ -264,8 +266,9 @@ class Bench:
 
     def report(self) -> None:
         print(render_table(self.res), flush=True)
-        if "remote_table" in self.res.meta:
-            print("\n" + self.res.meta["remote_table"], flush=True)
+        for name in sorted(self.res.meta):
+            if name.endswith("_table"):  # a section's own table (remote, write-fill, ...)
+                print("\n" + self.res.meta[name], flush=True)
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.res.to_json(), indent=1) + "\n")
             log(f"wrote {self.args.json}")

@@ -7,6 +7,7 @@ import big
 import many
 import scale
 import views
+import write_fill
 from common import BenchError, drop_cache, log, resident, timed, warm
 from harness import Bench, Section
 from metadata_cache import run_cached
@@ -32,13 +33,18 @@ def _remote(bench: Bench) -> None:
     bench.res.meta["remote_table"] = remote.run(bench)
 
 
+def _write_fill(bench: Bench) -> None:
+    bench.res.meta["write_fill_table"] = write_fill.run(bench)
+
+
 SECTIONS = (
     Section(big.NAMES, big.run, big.define_checks),
     Section(("many",), many.run, many.define_checks),
     Section(("cache",), _cache),
     Section(("views",), _views, _views_checks, default=False),
     Section(("remote",), _remote, default=False),
-    Section(("scale",), scale.run, scale.define_checks, default=False),
+    Section(("scale",), scale.run, scale.define_checks, default=False, own_checkpoint=True),
+    Section(("write-fill",), _write_fill, default=False, own_checkpoint=True),
 )
 DEFAULT_NAMES = tuple(name for s in SECTIONS if s.default for name in s.names)
 OPTIONAL_NAMES = tuple(name for s in SECTIONS if not s.default for name in s.names)

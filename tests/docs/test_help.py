@@ -18,7 +18,7 @@ from ckptfs.limits import Limits
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CLI = [sys.executable, "-m", "ckptfs.cli"]
-COMMANDS = ("ls", "info", "cat", "diff", "mount", "umount", "mounts", "convert")
+COMMANDS = ("ls", "info", "cat", "diff", "mount", "umount", "mounts", "convert", "fill")
 
 
 def help_text(*command: str) -> str:
@@ -50,7 +50,7 @@ def test_help_limits_lists_every_limit_once() -> None:
 @pytest.mark.mount
 @pytest.mark.parametrize("command", ("ckptfs", *COMMANDS))
 def test_help_examples_run(command: str, tmp_path: Path) -> None:
-    for name in ("model.pt", "before.pt", "after.pt"):
+    for name in ("model.pt", "before.pt", "after.pt", "skeleton.pt", "trained.pt"):
         shutil.copy(REPO / "examples" / "tiny_model.pt", tmp_path / name)
     mnt = tmp_path / "m"
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"], "HOME": str(tmp_path)}

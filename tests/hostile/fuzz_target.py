@@ -1,7 +1,8 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
 ``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
-``find -ls``, reads) do with a file, or with a directory (a torch.distributed.checkpoint
+``find -ls``, reads) do with a file (and for a tenth of the files, what ``mode="r+"``
+writes: ``fuzz_write``), or with a directory (a torch.distributed.checkpoint
 directory, given as file name → bytes and read from memory). ckptfs may raise only
 ``CkptfsError``; anything else escaping ``exercise`` is a crash.
 """
@@ -24,6 +25,7 @@ from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
 from hostile.fuzz_cache import ENTRY_INPUT, ENTRY_MEMBER, entry_sections, mutated_input, open_entry_input
+from hostile.fuzz_write import write_in_place
 from hostile.memory_directory import BytesDirectory
 
 MAX_NODES = 2000
@@ -56,6 +58,8 @@ def exercise(data: Input, rng: random.Random) -> None:
             _mount_walk(ck)
     except CkptfsError:
         pass
+    if isinstance(data, bytes) and not data.startswith(ENTRY_INPUT):
+        write_in_place(data, rng)
 
 
 def _describe(ck: ckptfs.Checkpoint) -> None:

@@ -120,7 +120,6 @@ def test_without_auto_unmount_a_killed_daemon_leaves_a_dead_mount(source: Path, 
 
 
 BAD_OPTIONS = {
-    ("-o", "rw"): r"^ckptfs: -o rw: a ckptfs mount is read-only",
     ("-o", "ro,frobnicate"): r"^ckptfs: -o frobnicate: unknown mount option \(ckptfs mount --help lists them\)$",
     ("-o", "max_read=4096"): r"^ckptfs: -o max_read=4096: unknown mount option",
     ("-o", "uid=no-such-user-here"): r"^ckptfs: -o uid=no-such-user-here: no such user$",
