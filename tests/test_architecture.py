@@ -18,7 +18,7 @@ LAYERS = [
     ["ckptfs.cache"],
     ["ckptfs.reading"],
     ["ckptfs.checkpoint"],
-    ["ckptfs.fs"],
+    ["ckptfs.fs", "ckptfs.writing"],
     ["ckptfs.fuse", "ckptfs.fsspec"],
     ["ckptfs.cli", "ckptfs.__main__"],
 ]

@@ -43,7 +43,7 @@ examples:
   ckptfs diff before.pt after.pt              which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                a directory of per-tensor files
   ckptfs umount /mnt/m
-  ckptfs convert model.pt model.safetensors   the tensors as one safetensors file (also --to npz, dir)
+  ckptfs convert model.pt model.safetensors   the tensors as one safetensors file (also --to npz, dir, pt)
   ckptfs --limit max_pickle_bytes=2GiB ls huge.pt""",
     "ls": """\
 examples:
