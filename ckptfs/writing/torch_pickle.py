@@ -10,7 +10,8 @@ is dropped, a list or tuple item becomes None so the others keep their
 positions. Tensors viewing one storage with its own element type stay tied
 (one record, several rebuilds at their offsets); any other tensor gets a
 record of its own holding its logical bytes, contiguous (chunked DCP tensors,
-byte-swapped, conjugate or negative views…). An object met twice is written
+byte-swapped, conjugate or negative views…); so do tensors viewing an untyped
+storage (torch's ``_rebuild_tensor_v3``), unless it is little-endian. An object met twice is written
 once and then fetched from the memo, as pickle does.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Union
 from ckptfs.errors import LimitExceededError
 from ckptfs.fs.safetensors import LeftOut, key_name
 from ckptfs.limits import Limits
-from ckptfs.model.dtypes import DTYPES, DType
+from ckptfs.model.dtypes import DTYPES, UNTYPED, DType
 from ckptfs.model.records import Key, Tensor, contiguous_strides
 from ckptfs.pickle.values import Global, PickledObject
 
@@ -193,8 +194,9 @@ class TorchPickler:
     def _record_of(self, tensor: Tensor) -> tuple[Record, int, tuple[int, ...]]:
         """The record holding ``tensor``'s bytes, its offset there in elements and its stride."""
         storage = tensor.storage
-        if (storage is not None and storage.dtype == tensor.dtype and storage.base is None
-                and not (tensor.conj or tensor.neg)):
+        same_elements = storage is not None and (
+            storage.dtype == tensor.dtype or (storage.dtype == UNTYPED and storage.byteorder == "little"))
+        if storage is not None and same_elements and storage.base is None and not (tensor.conj or tensor.neg):
             record = self._by_storage.get(id(storage))
             if record is None:
                 whole = Tensor(storage.dtype, (storage.numel,), (1,), 0, storage)

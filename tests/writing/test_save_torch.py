@@ -118,6 +118,7 @@ def test_torch_save_archive_converts_record_by_record_as_torch_writes(tmp_path: 
 def test_ties_stay_tied_and_shared_objects_stay_shared(tmp_path: Path) -> None:
     state = _state()
     state["again"] = state["meta"]
+    state["u16_view"] = state["u16"][1:].view(torch.float8_e5m2)  # through an untyped storage (rebuild v3)
     source = save_zip(state, tmp_path / "ck.pt")
     out = tmp_path / "out.pt"
     assert convert(source, out).returncode == 0
@@ -126,6 +127,8 @@ def test_ties_stay_tied_and_shared_objects_stay_shared(tmp_path: Path) -> None:
         pointer = value["emb"].untyped_storage().data_ptr()
         assert all(value[k].untyped_storage().data_ptr() == pointer for k in ("row", "cols", "t"))
         assert value["row"].storage_offset() == 8
+        assert value["u16_view"].untyped_storage().data_ptr() == value["u16"].untyped_storage().data_ptr()
+        assert (value["u16_view"].storage_offset(), value["u16_view"].stride()) == (2, (1,))
     with zipfile.ZipFile(out) as archive:
         storages = [n for n in archive.namelist() if "/data/" in n]
     with zipfile.ZipFile(source) as archive:
