@@ -45,6 +45,7 @@ import numpy as np
 
 import scale
 import views
+import write
 from metadata_cache import NO_CACHE_HOME, run_cached
 
 LIB = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many", "cache")
-OPTIONAL_SECTIONS = ("views", "scale", "remote")
+OPTIONAL_SECTIONS = ("views", "scale", "remote", "write")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -447,7 +448,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "cp", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present
@@ -620,7 +621,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"}:  # the scale case makes its own checkpoint
+        if set(a.sections) - {"scale", "write"}:  # these make their own checkpoints
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
@@ -999,6 +1000,8 @@ class Bench:
             views.define_checks(self, Check)
         if "scale" in self.args.sections:
             scale.define_checks(self, sys.modules[__name__])
+        if "write" in self.args.sections:
+            write.define_checks(self, sys.modules[__name__])
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1072,6 +1075,8 @@ class Bench:
                 self.res.meta["remote_table"] = remote.run(self)
             if "scale" in a.sections:
                 scale.run(self, sys.modules[__name__])
+            if "write" in a.sections:
+                write.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1167,7 +1172,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
     a.sections = [s.strip() for s in a.sections.split(",") if s.strip()]
-    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name) and name not in a.sections]
+    a.sections += [name for name in OPTIONAL_SECTIONS if getattr(a, name, False) and name not in a.sections]
     bad = set(a.sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS)
     if bad:
         p.error(f"unknown sections: {', '.join(sorted(bad))}")
