@@ -1,16 +1,17 @@
 """``ckptfs convert SRC OUT``: a checkpoint as a torch.save archive, or its tensors as a safetensors file, an
 ``.npz`` or a directory of ``.npy``.
 
-A ``.pt`` is written by ``ckptfs.writing.save_torch`` (what torch cannot load
-with ``weights_only=True`` is left out and listed on stderr). The other outputs is the mount's own view, written from its pieces: ``model.safetensors``
+A ``.pt`` is written by ``ckptfs.writing.save_torch``: what torch cannot load
+with ``weights_only=True`` is left out and listed on stderr. The other outputs
+are the mount's own views, written from their pieces: ``model.safetensors``
 (``fs.safetensors``: every tensor safetensors can hold, by dotted key), or each
 tensor's ``NAME.npy`` (``fs.npy``), gathered in an uncompressed ``.npz`` under
 its dotted key, or in a directory under its path in the mount. Bytes are copied
 a bounded chunk at a time (stored ranges by the kernel: ``copy_file_range``,
 or ``sendfile`` where the output is on another file system), so memory stays
-flat whatever the checkpoint's size. A file is
-written beside its final name and renamed when complete; on any error or
-Ctrl-C nothing is left behind.
+flat whatever the checkpoint's size. A file is written beside its final name,
+fsynced and renamed when complete; on any error or Ctrl-C nothing is left
+behind (``writing.output``).
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                     "model.safetensors: what safetensors cannot hold is listed in its __metadata__), as an "
                     "uncompressed .npz of each tensor's .npy under its dotted key, or as a new directory of .npy "
                     "files at the tensors' paths in a mount. The format follows OUT's suffix unless --to says.",
-        epilog="examples:\n  ckptfs convert dcp_checkpoint/ model.pt\n  ckptfs convert model.pt model.safetensors\n  ckptfs convert model.pt weights.npz\n"
-               "  ckptfs convert --to dir model.pt weights/")
+        epilog="examples:\n  ckptfs convert dcp_checkpoint/ model.pt\n  ckptfs convert model.pt model.safetensors\n"
+               "  ckptfs convert model.pt weights.npz\n  ckptfs convert --to dir model.pt weights/")
     convert.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
     convert.add_argument("out", metavar="OUT", help="the file or directory to write (must not exist)")
     convert.add_argument("--to", choices=FORMATS, help="the output format (default: from OUT's suffix)")
