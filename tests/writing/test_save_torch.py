@@ -27,7 +27,7 @@ from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
 import ckptfs
 import pt2_writer
-from ckptfs.writing import save_torch
+from ckptfs import save_torch
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
