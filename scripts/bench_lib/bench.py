@@ -463,7 +463,8 @@ def render_table(res: Results) -> str:
          "floor": "floor = cpickle + clist",
          "ckptfs": "ckptfs = tensor file of ckptfs mount", "alt": "alt = ckptfs from --alt-root/--alt-env",
          "ratar": "ratar = ratarmount",
-         "torch": "torch = torch.load(+mmap) and listing", **views.SIDE_NOTES}[s] for s in present))
+         "torch": "torch = torch.load(+mmap) and listing", **views.SIDE_NOTES, **write.SIDE_NOTES}[s]
+        for s in present))
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:

@@ -34,6 +34,7 @@ TENSORS = 16
 TARGETS = {"cp": 1.2, "torch": 0.5, "rss": 300.0}
 """The issue's targets: time ratios to cp -r and to dcp_to_torch_save, ckptfs's peak RSS in MiB."""
 LIMITS = {"cp": "cp -r", "torch": "dcp_to_torch_save"}
+SIDE_NOTES = {"cp": "cp = cp -r of the DCP directory, then sync (write section; there torch = dcp_to_torch_save)"}
 
 
 def define_checks(bench: Any, tools: ModuleType) -> None:
