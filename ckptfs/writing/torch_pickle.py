@@ -25,7 +25,7 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.safetensors import LeftOut, key_name
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DTYPES, UNTYPED, DType
-from ckptfs.model.records import Key, Tensor, contiguous_strides
+from ckptfs.model.records import Tensor, Trail, contiguous_strides, path_of
 from ckptfs.pickle.values import Global, PickledObject
 
 TYPED_STORAGES = frozenset({"float64", "float32", "float16", "bfloat16", "complex128", "complex64", "int64", "int32",
@@ -57,8 +57,9 @@ class _Memoize:
     value: tuple[Any, ...]
 
 
-Step = Union[bytes, _Memoize, tuple[Any, tuple[Key, ...]]]
-"""What the writer does next: emit opcodes, memoize a finished tuple, or write a value found at a path."""
+Step = Union[bytes, _Memoize, tuple[Any, Trail, int]]
+"""What the writer does next: emit opcodes, memoize a finished tuple, or write a value found at a trail (its
+path, kept as the model keeps paths: O(1) memory a node) and depth."""
 
 
 class TorchPickler:
@@ -76,7 +77,7 @@ class TorchPickler:
     def dump(self) -> bytes:
         """The whole pickle; written once (``records`` and ``left_out`` are then complete)."""
         self._out += b"\x80\x02"
-        stack: list[Step] = [(self.root, ())]
+        stack: list[Step] = [(self.root, None, 0)]
         open_tuples: set[int] = set()
         while stack:
             step = stack.pop()
@@ -86,28 +87,29 @@ class TorchPickler:
                 open_tuples.discard(id(step.value))
                 self._put(id(step.value))
             else:
-                value, path = step
+                value, trail, depth = step
                 if id(value) in self._memo and isinstance(value, (dict, list, tuple, Tensor)):
                     self._get(id(value))
                 elif id(value) in open_tuples:
-                    self._leave_out(path, "a tuple that contains itself")
+                    self._leave_out(trail, "a tuple that contains itself")
                     self._out += b"N"
-                elif len(path) > self.limits.max_tree_depth:
+                elif depth > self.limits.max_tree_depth:
                     raise LimitExceededError(
                         f"object tree nests deeper than {self.limits.max_tree_depth} (limit max_tree_depth)")
                 else:
                     if type(value) is tuple:
                         open_tuples.add(id(value))
-                    stack.extend(reversed(self._value(value, path)))
+                    stack.extend(reversed(self._value(value, trail, depth + 1)))
         self._out += b"."
         return bytes(self._out)
 
-    def _value(self, value: Any, path: tuple[Key, ...]) -> list[Step]:
-        """Writes ``value``'s opening opcodes and gives the steps that complete it, in order."""
+    def _value(self, value: Any, trail: Trail, depth: int) -> list[Step]:
+        """Writes ``value``'s opening opcodes and gives the steps that complete it, in order (its children at
+        ``depth``)."""
         kind = type(value)
         reason = _unwritable(value)
         if reason:
-            self._leave_out(path, reason)
+            self._leave_out(trail, reason)
             self._out += b"N"
         elif value is None:
             self._out += b"N"
@@ -133,15 +135,15 @@ class TorchPickler:
         elif kind is dict:
             self._out += b"}"
             self._put(id(value))
-            kept = [(key, child) for key, child in value.items() if self._keeps(key, child, path)]
-            return _batched([step for key, child in kept for step in ((key, path), (child, path + (key,)))],
-                            2 * _BATCH, b"u")
+            kept = [(key, child) for key, child in value.items() if self._keeps(key, child, (key, trail))]
+            pairs = [step for key, child in kept for step in ((key, trail, depth), (child, (key, trail), depth))]
+            return _batched(pairs, 2 * _BATCH, b"u")
         elif kind is list:
             self._out += b"]"
             self._put(id(value))
-            return _batched([(child, path + (i,)) for i, child in enumerate(value)], _BATCH, b"e")
+            return _batched([(child, (i, trail), depth) for i, child in enumerate(value)], _BATCH, b"e")
         elif kind is tuple:
-            items: list[Step] = [(child, path + (i,)) for i, child in enumerate(value)]
+            items: list[Step] = [(child, (i, trail), depth) for i, child in enumerate(value)]
             if len(value) <= 3:
                 return [*items, b")\x85\x86\x87"[len(value):len(value) + 1], _Memoize(value)]
             return [b"(", *items, b"t", _Memoize(value)]
@@ -149,15 +151,15 @@ class TorchPickler:
             self._tensor(value)
         return []
 
-    def _keeps(self, key: Any, child: Any, path: tuple[Key, ...]) -> bool:
+    def _keeps(self, key: Any, child: Any, trail: Trail) -> bool:
         """Whether a dict entry is written; one that is not is listed as left out."""
         reason = "a key torch cannot load" if not _is_key(key) else _unwritable(child)
         if reason:
-            self._leave_out(path + (key,), reason)
+            self._leave_out(trail, reason)
         return not reason
 
-    def _leave_out(self, path: tuple[Key, ...], reason: str) -> None:
-        self.left_out.append(LeftOut(".".join(key_name(key) for key in path), reason))
+    def _leave_out(self, trail: Trail, reason: str) -> None:
+        self.left_out.append(LeftOut(".".join(key_name(key) for key in path_of(trail)), reason))
 
     def _tensor(self, tensor: Tensor) -> None:
         """``_rebuild_tensor_v2`` over a typed storage, or ``_rebuild_tensor_v3`` over an untyped one and the dtype

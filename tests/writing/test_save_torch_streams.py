@@ -165,3 +165,22 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(big: Path, tmp_path: Path) -
                           preexec_fn=_small_file_limit)
     assert (done.returncode, done.stderr) == (1, f"ckptfs: {out}: File too large\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pt"]
+
+
+def test_depth_is_bounded_by_the_limit_and_a_deep_tree_is_written(tmp_path: Path) -> None:
+    from ckptfs.errors import LimitExceededError
+    from ckptfs.limits import Limits
+    from ckptfs.writing.torch_pickle import TorchPickler
+
+    deep: Any = torch.ones(1)
+    for _ in range(200):
+        deep = {"d": [deep]}
+    source = save_zip({"root": deep}, tmp_path / "deep.pt")
+    with ckptfs.open(source) as ck:
+        with pytest.raises(LimitExceededError, match=r"nests deeper than 300 \(limit max_tree_depth\)"):
+            TorchPickler(ck.root, Limits(max_tree_depth=300)).dump()
+        assert save_torch(ck, tmp_path / "out.pt") == []
+    value = torch.load(tmp_path / "out.pt", weights_only=True)["root"]
+    for _ in range(200):
+        value = value["d"][0]
+    assert torch.equal(value, torch.ones(1))
