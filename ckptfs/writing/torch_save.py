@@ -12,8 +12,9 @@ remote) a bounded chunk at a time, so memory stays flat whatever the size.
 from __future__ import annotations
 
 import os
-import zlib
 from pathlib import Path
+
+from isal.isal_zlib import crc32
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.safetensors import LeftOut
@@ -76,7 +77,7 @@ class TorchArchive:
 
     def _small(self, name: str, data: bytes) -> None:
         entry = self._begin(name, len(data))
-        entry.crc = zlib.crc32(data)
+        entry.crc = crc32(data)
         self.output.write(data)
         self.output.write(descriptor(entry))
 
@@ -84,7 +85,7 @@ class TorchArchive:
         """40 digits as torch writes them: a combined hash of the record names, then one of their CRC-32s."""
         names = crcs = 0
         for entry in self.entries:
-            names = _hash_combine(names, zlib.crc32(entry.name))
+            names = _hash_combine(names, crc32(entry.name))
             crcs = _hash_combine(crcs, entry.crc)
         return f"{names:020d}{crcs:020d}".encode()
 
@@ -106,7 +107,7 @@ def _copy_record(checkpoint: Checkpoint, record: Record, output: Output) -> int:
         return crc
     for start in range(0, record.nbytes, CHUNK):
         data = checkpoint.read(record.content, start, min(CHUNK, record.nbytes - start))
-        crc = zlib.crc32(data, crc)
+        crc = crc32(data, crc)
         output.write(data)
         output.moved += len(data)
     return crc
