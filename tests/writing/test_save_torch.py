@@ -201,11 +201,14 @@ def test_dcp_directory(tmp_path: Path, ranks: int) -> None:
     assert_converts(source, tmp_path / "out.pt", expected)
 
 
-def test_dcp_through_an_http_prefix(tmp_path: Path, nginx: Nginx) -> None:
+def test_dcp_through_an_http_prefix_and_a_file_through_its_url(tmp_path: Path, nginx: Nginx) -> None:
     source = nginx.root / "dcp26"
     simulate_ranks(_dcp_state(), {"model.w": (1, 2)}, source, world=2)
     expected = torch_view(source, tmp_path / "theirs.pt")
     assert_converts(f"{nginx.url}/dcp26/", tmp_path / "out.pt", expected)
+    state = _state()
+    save_zip(state, nginx.root / "model26.pt")
+    assert_converts(f"{nginx.url}/model26.pt", tmp_path / "from_url.pt", state)
 
 
 def test_pt2(tmp_path: Path) -> None:
