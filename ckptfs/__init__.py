@@ -40,7 +40,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # ``save_torch`` is imported on first use: most programs only read, and the writer brings the fs layer.
     if name == "save_torch":
-        from ckptfs.writing import save_torch
+        from ckptfs.saving import save_torch
 
         return save_torch
     raise AttributeError(f"module 'ckptfs' has no attribute {name!r}")

@@ -18,7 +18,7 @@ LAYERS = [
     ["ckptfs.cache"],
     ["ckptfs.reading"],
     ["ckptfs.checkpoint"],
-    ["ckptfs.fs", "ckptfs.writing"],
+    ["ckptfs.fs", "ckptfs.saving"],
     ["ckptfs.fuse", "ckptfs.fsspec"],
     ["ckptfs.cli", "ckptfs.__main__"],
 ]

@@ -1,7 +1,7 @@
 """``ckptfs convert SRC OUT``: a checkpoint as a torch.save archive, or its tensors as a safetensors file, an
 ``.npz`` or a directory of ``.npy``.
 
-A ``.pt`` is written by ``ckptfs.writing.save_torch``: what torch cannot load
+A ``.pt`` is written by ``ckptfs.saving.save_torch``: what torch cannot load
 with ``weights_only=True`` is left out and listed on stderr. The other outputs
 are the mount's own views, written from their pieces: ``model.safetensors``
 (``fs.safetensors``: every tensor safetensors can hold, by dotted key), or each
@@ -11,7 +11,7 @@ a bounded chunk at a time (stored ranges by the kernel: ``copy_file_range``,
 or ``sendfile`` where the output is on another file system), so memory stays
 flat whatever the checkpoint's size. A file is written beside its final name,
 fsynced and renamed when complete; on any error or Ctrl-C nothing is left
-behind (``writing.output``).
+behind (``saving.output``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from ckptfs.fs.nodes import Kind, Node
 from ckptfs.fs.pieces import Piece, SourceBytes, piece_bytes
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, key_name
 from ckptfs.gc_pause import gc_paused
-from ckptfs.writing import save_torch
-from ckptfs.writing.output import CHUNK, kernel_copies, partial_file, writing
-from ckptfs.writing.torch_save import TorchArchive
+from ckptfs.saving import save_torch
+from ckptfs.saving.output import CHUNK, kernel_copies, partial_file, writing
+from ckptfs.saving.torch_save import TorchArchive
 
 FORMATS = ("pt", "safetensors", "npz", "dir")
 SUFFIXES = {".pt": "pt", ".pth": "pt", ".safetensors": "safetensors", ".npz": "npz"}

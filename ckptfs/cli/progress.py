@@ -53,8 +53,8 @@ def _phases() -> dict[CodeType, Describe]:
     from ckptfs.cli.listing import tensor_files
     from ckptfs.fs.layout import Layout
     from ckptfs.pickle.unpickler import SafeUnpickler
-    from ckptfs.writing.torch_pickle import TorchPickler
-    from ckptfs.writing.torch_save import TorchArchive
+    from ckptfs.saving.torch_pickle import TorchPickler
+    from ckptfs.saving.torch_save import TorchArchive
 
     def says(text: str) -> Describe:
         return lambda frame: text

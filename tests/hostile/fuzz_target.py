@@ -24,7 +24,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
-from ckptfs.writing.torch_pickle import TorchPickler
+from ckptfs.saving.torch_pickle import TorchPickler
 from hostile.fuzz_cache import ENTRY_INPUT, ENTRY_MEMBER, entry_sections, mutated_input, open_entry_input
 from hostile.memory_directory import BytesDirectory
 

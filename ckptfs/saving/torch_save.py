@@ -18,9 +18,9 @@ from isal.isal_zlib import crc32
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.safetensors import LeftOut
-from ckptfs.writing.output import CHUNK, Output, partial_file, writing
-from ckptfs.writing.torch_pickle import Record, TorchPickler
-from ckptfs.writing.torch_zip import Entry, central_directory, descriptor, local_header
+from ckptfs.saving.output import CHUNK, Output, partial_file, writing
+from ckptfs.saving.torch_pickle import Record, TorchPickler
+from ckptfs.saving.torch_zip import Entry, central_directory, descriptor, local_header
 
 _MASK = (1 << 64) - 1
 

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from test_save_torch import assert_same, loaded
 
 import ckptfs
-import ckptfs.writing.output
-import ckptfs.writing.torch_save
+import ckptfs.saving.output
+import ckptfs.saving.torch_save
 from ckptfs.cli.main import INTERRUPTED, main
 from ckptfs.fs.safetensors import key_name
-from ckptfs.writing import save_torch
-from ckptfs.writing.output import CHUNK
+from ckptfs.saving import save_torch
+from ckptfs.saving.output import CHUNK
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -101,13 +101,13 @@ def big(tmp_path: Path) -> Path:
 def test_stored_bytes_move_by_the_kernel_in_bounded_steps(big: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     steps: list[int] = []
-    copy_file_range = ckptfs.writing.output._copy_file_range
+    copy_file_range = ckptfs.saving.output._copy_file_range
 
     def counted(source: int, out: int, count: int, *offsets: int) -> int:
         steps.append(count)
         return copy_file_range(source, out, count, *offsets)
 
-    monkeypatch.setattr(ckptfs.writing.output, "_copy_file_range", counted)
+    monkeypatch.setattr(ckptfs.saving.output, "_copy_file_range", counted)
     with ckptfs.open(big) as ck:
         save_torch(ck, tmp_path / "out.pt")
         assert sum(steps) == sum(s.nbytes for s in {id(t.storage): t.storage for t in ck.tensors}.values())
@@ -141,14 +141,14 @@ def test_bytes_that_must_be_transformed_are_read_a_chunk_at_a_time(big: Path, tm
 def test_ctrl_c_leaves_nothing(big: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                capsys: pytest.CaptureFixture[str]) -> None:
     """A real SIGINT in the middle of a storage's bytes."""
-    copy = ckptfs.writing.torch_save._copy_record
+    copy = ckptfs.saving.torch_save._copy_record
 
     def interrupted(*args: Any) -> int:
         crc = copy(*args)
         os.kill(os.getpid(), signal.SIGINT)
         return crc
 
-    monkeypatch.setattr(ckptfs.writing.torch_save, "_copy_record", interrupted)
+    monkeypatch.setattr(ckptfs.saving.torch_save, "_copy_record", interrupted)
     assert main(["convert", str(big), str(tmp_path / "out.pt")]) == INTERRUPTED
     assert capsys.readouterr().err == "ckptfs: interrupted\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pt"]
@@ -170,7 +170,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(big: Path, tmp_path: Path) -
 def test_depth_is_bounded_by_the_limit_and_a_deep_tree_is_written(tmp_path: Path) -> None:
     from ckptfs.errors import LimitExceededError
     from ckptfs.limits import Limits
-    from ckptfs.writing.torch_pickle import TorchPickler
+    from ckptfs.saving.torch_pickle import TorchPickler
 
     deep: Any = torch.ones(1)
     for _ in range(200):
