@@ -19,7 +19,7 @@ LAYERS = [
     ["ckptfs.reading"],
     ["ckptfs.writing"],
     ["ckptfs.checkpoint"],
-    ["ckptfs.fs"],
+    ["ckptfs.fs", "ckptfs.saving"],
     ["ckptfs.fuse", "ckptfs.fsspec"],
     ["ckptfs.cli", "ckptfs.__main__"],
 ]

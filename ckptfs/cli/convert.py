@@ -1,39 +1,42 @@
-"""``ckptfs convert SRC OUT``: a checkpoint's tensors as a safetensors file, an ``.npz`` or a directory of ``.npy``.
+"""``ckptfs convert SRC OUT``: a checkpoint as a torch.save archive, or its tensors as a safetensors file, an
+``.npz`` or a directory of ``.npy``.
 
-The output is the mount's own view, written from its pieces: ``model.safetensors``
+A ``.pt`` is written by ``ckptfs.saving.save_torch``: what torch cannot load
+with ``weights_only=True`` is left out and listed on stderr. The other outputs
+are the mount's own views, written from their pieces: ``model.safetensors``
 (``fs.safetensors``: every tensor safetensors can hold, by dotted key), or each
 tensor's ``NAME.npy`` (``fs.npy``), gathered in an uncompressed ``.npz`` under
 its dotted key, or in a directory under its path in the mount. Bytes are copied
 a bounded chunk at a time (stored ranges by the kernel: ``copy_file_range``,
 or ``sendfile`` where the output is on another file system), so memory stays
-flat whatever the checkpoint's size. A file is
-written beside its final name and renamed when complete; on any error or
-Ctrl-C nothing is left behind.
+flat whatever the checkpoint's size. A file is written beside its final name,
+fsynced and renamed when complete; on any error or Ctrl-C nothing is left
+behind (``saving.output``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
-import os
 import shutil
+import sys
 import zipfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
-from ckptfs.errors import CkptfsError, OutputError
+from ckptfs.errors import OutputError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind, Node
 from ckptfs.fs.pieces import Piece, SourceBytes, piece_bytes
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, key_name
 from ckptfs.gc_pause import gc_paused
+from ckptfs.saving import save_torch
+from ckptfs.saving.output import CHUNK, kernel_copies, partial_file, writing
+from ckptfs.saving.torch_save import TorchArchive
 
-FORMATS = ("safetensors", "npz", "dir")
-CHUNK = 8 << 20
-"""Bytes copied at a time: the most a conversion holds in memory."""
-PARTIAL_SUFFIX = ".ckptfs-partial"
+FORMATS = ("pt", "safetensors", "npz", "dir")
+SUFFIXES = {".pt": "pt", ".pth": "pt", ".safetensors": "safetensors", ".npz": "npz"}
 
 
 class Copied:
@@ -47,9 +50,9 @@ class Copied:
 def output_format(args: argparse.Namespace) -> str:
     if args.to:
         return str(args.to)
-    suffix = Path(args.out).suffix.lstrip(".")
-    if suffix in ("safetensors", "npz"):
-        return suffix
+    suffix = Path(args.out).suffix
+    if suffix in SUFFIXES:
+        return SUFFIXES[suffix]
     raise OutputError(f"{args.out}: say which format with --to ({', '.join(FORMATS)}): its name does not")
 
 
@@ -59,65 +62,24 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if out.exists() or out.is_symlink():
         raise OutputError(f"{out}: already exists")
     with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+        if kind == "pt":
+            for name, reason in save_torch(ck, out):
+                print(f"ckptfs: {out}: left out {name or 'the whole object'}: {reason}", file=sys.stderr)
+            return 0
         layout = Layout(ck)
         if kind == "safetensors":
             node = layout.lookup("/" + SAFETENSORS_NAME)
             if node is None:
                 raise OutputError(f"{ck.path}: holds no tensor to convert")
-            with _partial_file(out) as stream:
+            with partial_file(out) as stream:
                 pieces = layout.pieces(node)
                 write_pieces(stream, pieces, ck, Copied(layout.size(node)))
         elif kind == "npz":
-            with _partial_file(out) as stream:
+            with partial_file(out) as stream:
                 write_npz(stream, layout)
         else:
             write_directory(out, layout)
     return 0
-
-
-@contextlib.contextmanager
-def _partial_file(out: Path) -> Iterator[BinaryIO]:
-    """A file to write ``out``'s bytes to, renamed to ``out`` when the block ends without an error."""
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    try:
-        with _writing(out), open(partial, "wb") as stream:
-            yield stream
-        os.replace(partial, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
-
-
-@contextlib.contextmanager
-def _writing(out: Path) -> Iterator[None]:
-    """An ``OSError`` while writing becomes an ``OutputError`` naming the output (disk full …)."""
-    try:
-        yield
-    except CkptfsError:
-        raise
-    except OSError as exc:
-        raise OutputError(f"{out}: {exc.strerror or exc}") from None
-
-
-KernelCopy = Callable[[int, int, int, int, int], int]
-"""``copy(source_fd, out_fd, count, source_offset, out_offset)``: bytes copied at those offsets."""
-
-
-def _copy_file_range(source: int, out: int, count: int, source_offset: int, out_offset: int) -> int:
-    return os.copy_file_range(source, out, count, source_offset, out_offset)
-
-
-def _sendfile(source: int, out: int, count: int, source_offset: int, out_offset: int) -> int:
-    """Through the page cache without a copy in user space (copy_file_range refuses two file systems)."""
-    os.lseek(out, out_offset, os.SEEK_SET)
-    return os.sendfile(out, source, source_offset, count)
-
-
-def kernel_copies() -> list[KernelCopy]:
-    """The kernel's ways of copying between files, best first."""
-    return [copy for name, copy in (("copy_file_range", _copy_file_range), ("sendfile", _sendfile))
-            if hasattr(os, name)]
 
 
 def write_pieces(stream: BinaryIO, pieces: list[Piece], ck: Checkpoint, copied: Copied) -> None:
@@ -179,7 +141,7 @@ def write_directory(out: Path, layout: Layout) -> None:
     found = list(npy_files(layout))
     copied = Copied(sum(layout.size(npy) for _, npy in found))
     try:
-        with _writing(out):
+        with writing(out):
             out.mkdir()
             for _, npy in found:
                 target = out / layout.path_of(npy)
@@ -193,8 +155,10 @@ def write_directory(out: Path, layout: Layout) -> None:
 
 def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     convert = sub.add_parser(
-        "convert", help="write the tensors as a safetensors file, an .npz or a directory of .npy files",
-        description="Write FILE's tensors to OUT, streaming (memory stays flat): as safetensors (the mount's "
+        "convert", help="write a torch.save archive, or the tensors as a safetensors file, an .npz or .npy files",
+        description="Write FILE to OUT, streaming (memory stays flat): as a torch.save archive (.pt: dicts, lists, "
+                    "tuples, tensors and plain values; what torch.load(weights_only=True) cannot load is left out "
+                    "and listed), as safetensors (the mount's "
                     "model.safetensors: what safetensors cannot hold is listed in its __metadata__), as an "
                     "uncompressed .npz of each tensor's .npy under its dotted key, or as a new directory of .npy "
                     "files at the tensors' paths in a mount. The format follows OUT's suffix unless --to says.")
@@ -203,6 +167,13 @@ def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     convert.add_argument("--to", choices=FORMATS, help="the output format (default: from OUT's suffix)")
     convert.set_defaults(run=cmd_convert)
     return convert
+
+
+def archive_status(archive: TorchArchive) -> str:
+    """The progress line's text while a torch.save archive is written."""
+    copied = Copied(archive.total)
+    copied.done = archive.output.moved
+    return copy_status(copied)
 
 
 def copy_status(copied: Copied) -> str:

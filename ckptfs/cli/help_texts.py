@@ -23,7 +23,7 @@ examples:
   ckptfs diff before.pt after.pt              # which tensors differ, and by how much
   ckptfs mount model.pt /mnt/m                # a directory of per-tensor files
   ckptfs umount /mnt/m
-  ckptfs convert model.pt model.safetensors   # the tensors as one safetensors file (also --to npz, dir)
+  ckptfs convert model.pt model.safetensors   # the tensors as one safetensors file (also --to npz, dir, pt)
   ckptfs --limit max_pickle_bytes=2GiB ls model.pt
   ckptfs --help-limits                        # the safety limits and their defaults""",
     "ls": """\
@@ -51,7 +51,8 @@ examples:
 examples:
   ckptfs convert model.pt model.safetensors
   ckptfs convert model.pt weights.npz
-  ckptfs convert --to dir model.pt weights""",
+  ckptfs convert --to dir model.pt weights
+  ckptfs convert model.pt resaved.pt      # a torch.save archive (from any source: DCP, .pt2, legacy, URLs)""",
     "mount": """\
 examples:
   ckptfs mount model.pt /mnt/m

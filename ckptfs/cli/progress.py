@@ -48,11 +48,13 @@ def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
     from ckptfs.cache import MetadataCache
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
-    from ckptfs.cli.convert import cmd_convert, copy_status, write_npz, write_pieces
+    from ckptfs.cli.convert import archive_status, cmd_convert, copy_status, write_npz, write_pieces
     from ckptfs.cli.info import description_text, indented
     from ckptfs.cli.listing import tensor_files
     from ckptfs.fs.layout import Layout
     from ckptfs.pickle.unpickler import SafeUnpickler
+    from ckptfs.saving.torch_pickle import TorchPickler
+    from ckptfs.saving.torch_save import TorchArchive
 
     def says(text: str) -> Describe:
         return lambda frame: text
@@ -69,6 +71,8 @@ def _phases() -> dict[CodeType, Describe]:
         indented.__code__: says("laying out the JSON description"),
         write_pieces.__code__: lambda frame: copy_status(frame.f_locals["copied"]),
         write_npz.__code__: lambda frame: copy_status(frame.f_locals["copied"]),
+        TorchPickler.dump.__code__: says("writing the pickle"),
+        TorchArchive.write.__code__: lambda frame: archive_status(frame.f_locals["self"]),
         cmd_convert.__code__: says("converting"),
     }
 

@@ -115,7 +115,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 
 def render_table(res: Results) -> str:
-    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "torch"]
+    sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "cp", "torch"]
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present

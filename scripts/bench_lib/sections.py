@@ -7,6 +7,7 @@ import big
 import many
 import scale
 import views
+import write
 import write_fill
 from common import BenchError, drop_cache, log, resident, timed, warm
 from harness import Bench, Section
@@ -33,6 +34,11 @@ def _remote(bench: Bench) -> None:
     bench.res.meta["remote_table"] = remote.run(bench)
 
 
+def _write_checks(bench: Bench) -> None:
+    bench.res.side_notes.update(write.SIDE_NOTES)
+    write.define_checks(bench)
+
+
 def _write_fill(bench: Bench) -> None:
     bench.res.meta["write_fill_table"] = write_fill.run(bench)
 
@@ -44,6 +50,7 @@ SECTIONS = (
     Section(("views",), _views, _views_checks, default=False),
     Section(("remote",), _remote, default=False),
     Section(("scale",), scale.run, scale.define_checks, default=False, own_checkpoint=True),
+    Section(("write",), write.run, _write_checks, default=False, own_checkpoint=True),
     Section(("write-fill",), _write_fill, default=False, own_checkpoint=True),
 )
 DEFAULT_NAMES = tuple(name for s in SECTIONS if s.default for name in s.names)

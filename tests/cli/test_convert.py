@@ -20,6 +20,7 @@ from corpus import CorpusFile, save_zip, torch_bytes
 from torch import nn
 
 import ckptfs.cli.convert
+import ckptfs.saving.output
 from ckptfs.cli.convert import Copied, copy_status
 from ckptfs.cli.main import INTERRUPTED, main
 from ckptfs.fs.safetensors import key_name
@@ -90,7 +91,7 @@ def test_refusals_are_one_line(checkpoint: tuple[Path, dict[str, torch.Tensor]],
     (tmp_path / "there.safetensors").write_bytes(b"x")
     cases = {("convert", source, tmp_path / "there.safetensors"): f"{tmp_path / 'there.safetensors'}: already exists",
              ("convert", source, tmp_path / "out.bin"):
-                 f"{tmp_path / 'out.bin'}: say which format with --to (safetensors, npz, dir): its name does not"}
+                 f"{tmp_path / 'out.bin'}: say which format with --to (pt, safetensors, npz, dir): its name does not"}
     for args, message in cases.items():
         done = run(*args)
         assert (done.returncode, done.stderr) == (1, f"ckptfs: {message}\n")
@@ -143,20 +144,20 @@ def test_every_way_of_copying_writes_the_same_bytes(checkpoint: tuple[Path, dict
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
         return copy
 
-    sendfile = ckptfs.cli.convert._sendfile
+    sendfile = ckptfs.saving.output._sendfile
     sent: list[int] = []
 
     def counted(*args: int) -> int:
         sent.append(sendfile(*args))
         return sent[-1]
 
-    monkeypatch.setattr(ckptfs.cli.convert, "_copy_file_range", refused("copy_file_range"))
-    monkeypatch.setattr(ckptfs.cli.convert, "_sendfile", counted)
+    monkeypatch.setattr(ckptfs.saving.output, "_copy_file_range", refused("copy_file_range"))
+    monkeypatch.setattr(ckptfs.saving.output, "_sendfile", counted)
     assert main(["convert", str(source), str(tmp_path / "sendfile.safetensors")]) == 0
     assert calls == {"copy_file_range": 1, "sendfile": 0} and len(sent) > 1
     assert 0 < sum(sent) < len(expected)  # the stored ranges; the header went through memory
     assert (tmp_path / "sendfile.safetensors").read_bytes() == expected
-    monkeypatch.setattr(ckptfs.cli.convert, "_sendfile", refused("sendfile"))
+    monkeypatch.setattr(ckptfs.saving.output, "_sendfile", refused("sendfile"))
     assert main(["convert", str(source), str(tmp_path / "memory.safetensors")]) == 0
     assert calls == {"copy_file_range": 2, "sendfile": 1}
     assert (tmp_path / "memory.safetensors").read_bytes() == expected

@@ -70,6 +70,6 @@ def test_help_examples_run(command: str, tmp_path: Path) -> None:
         finally:
             if str(mnt) in mount_points():
                 force_unmount(mnt)
-        for made in ("model.safetensors", "weights.npz", "weights", "w.bin", "embed.npy"):
+        for made in ("model.safetensors", "weights.npz", "weights", "w.bin", "embed.npy", "resaved.pt"):
             path = tmp_path / made
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)

@@ -1,8 +1,9 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
-``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
-``find -ls``, reads) do with a file (and for a tenth of the files, what ``mode="r+"``
-writes: ``fuzz_write``), or with a directory (a torch.distributed.checkpoint
+``exercise`` does what ``ckptfs ls``, ``info --json``, a mount (its layout,
+``find -ls``, reads) and ``convert`` to ``.pt`` (its pickle, checked well formed)
+do with a file (and for a tenth of the files, what ``mode="r+"`` writes:
+``fuzz_write``), or with a directory (a torch.distributed.checkpoint
 directory, given as file name → bytes and read from memory). ckptfs may raise only
 ``CkptfsError``; anything else escaping ``exercise`` is a crash.
 """
@@ -24,6 +25,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.pieces import Content, piece_bytes
 from ckptfs.sources import BytesSource
+from ckptfs.saving.torch_pickle import TorchPickler
 from hostile.fuzz_cache import ENTRY_INPUT, ENTRY_MEMBER, entry_sections, mutated_input, open_entry_input
 from hostile.fuzz_write import write_in_place
 from hostile.memory_directory import BytesDirectory
@@ -56,6 +58,7 @@ def exercise(data: Input, rng: random.Random) -> None:
             _describe(ck)
             _read(ck, rng)
             _mount_walk(ck)
+            _torch_pickle(ck)
     except CkptfsError:
         pass
     if isinstance(data, bytes) and not data.startswith(ENTRY_INPUT):
@@ -79,6 +82,16 @@ def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
                 ck.read(tensor, offset, READ)
             except CkptfsError:
                 pass
+
+
+def _torch_pickle(ck: ckptfs.Checkpoint) -> None:
+    """The pickle ``convert`` to ``.pt`` writes for the tree: a well-formed stream (pickletools reads it without
+    running anything) whose persistent ids name the records made for it, once each."""
+    pickler = TorchPickler(ck.root, ck.limits)
+    ops = list(pickletools.genops(pickler.dump()))
+    assert ops[-1][0].name == "STOP"
+    keys = [record.key for record in pickler.records]
+    assert keys == [str(i) for i in range(len(keys))]
 
 
 def _mount_walk(ck: ckptfs.Checkpoint) -> None:

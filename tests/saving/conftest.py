@@ -1,0 +1,1 @@
+from remote_servers import nginx  # noqa: F401  (fixture)
