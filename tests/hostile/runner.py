@@ -20,7 +20,7 @@ import tempfile
 import time
 import traceback
 
-from ckptfs import cli
+from ckptfs.cli import main as cli
 
 POLL = 0.002
 
