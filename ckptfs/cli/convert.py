@@ -14,7 +14,6 @@ Ctrl-C nothing is left behind.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
+from ckptfs.cli.output import partial_file, writing
 from ckptfs.errors import CkptfsError, OutputError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind, Node
@@ -33,7 +33,6 @@ from ckptfs.gc_pause import gc_paused
 FORMATS = ("safetensors", "npz", "dir")
 CHUNK = 8 << 20
 """Bytes copied at a time: the most a conversion holds in memory."""
-PARTIAL_SUFFIX = ".ckptfs-partial"
 
 
 class Copied:
@@ -64,40 +63,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
             node = layout.lookup("/" + SAFETENSORS_NAME)
             if node is None:
                 raise OutputError(f"{ck.path}: holds no tensor to convert")
-            with _partial_file(out) as stream:
+            with partial_file(out) as stream:
                 pieces = layout.pieces(node)
                 write_pieces(stream, pieces, ck, Copied(layout.size(node)))
         elif kind == "npz":
-            with _partial_file(out) as stream:
+            with partial_file(out) as stream:
                 write_npz(stream, layout)
         else:
             write_directory(out, layout)
     return 0
-
-
-@contextlib.contextmanager
-def _partial_file(out: Path) -> Iterator[BinaryIO]:
-    """A file to write ``out``'s bytes to, renamed to ``out`` when the block ends without an error."""
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    try:
-        with _writing(out), open(partial, "wb") as stream:
-            yield stream
-        os.replace(partial, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
-
-
-@contextlib.contextmanager
-def _writing(out: Path) -> Iterator[None]:
-    """An ``OSError`` while writing becomes an ``OutputError`` naming the output (disk full …)."""
-    try:
-        yield
-    except CkptfsError:
-        raise
-    except OSError as exc:
-        raise OutputError(f"{out}: {exc.strerror or exc}") from None
 
 
 KernelCopy = Callable[[int, int, int, int, int], int]
@@ -179,7 +153,7 @@ def write_directory(out: Path, layout: Layout) -> None:
     found = list(npy_files(layout))
     copied = Copied(sum(layout.size(npy) for _, npy in found))
     try:
-        with _writing(out):
+        with writing(out):
             out.mkdir()
             for _, npy in found:
                 target = out / layout.path_of(npy)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import BinaryIO, Iterable
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
 
-from ckptfs.errors import CkptfsError
+from ckptfs.errors import CkptfsError, OutputError
+
+PARTIAL_SUFFIX = ".ckptfs-partial"
 
 
 def discard_output() -> None:
@@ -33,7 +36,7 @@ def write_text(texts: Iterable[str]) -> None:
 def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
     """Writes the chunks to the file ``output``, or to stdout (never a terminal). A failed write is a
     CkptfsError naming it; a closed pipe stays BrokenPipeError (``main`` then ends quietly, as after
-    ``ckptfs ls | head``)."""
+    ``ckptfs ls | head``). A file ``output`` appears whole or not at all (``partial_file``)."""
     if output is None:
         if sys.stdout.isatty():
             raise CkptfsError("not writing binary data to a terminal: redirect it, or give -o OUT")
@@ -45,14 +48,41 @@ def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
             discard_output()
             raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
         return
-    try:
-        with open(output, "wb") as out:
+    path = Path(output)
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO ...: never replaced by a file
+        with writing(path), open(path, "wb") as out:
             _write_all(chunks, out)
-    except OSError as exc:
-        raise CkptfsError(f"writing {output}: {exc.strerror or exc}") from None
+        return
+    with partial_file(path) as out:
+        _write_all(chunks, out)
 
 
 def _write_all(chunks: Iterable[bytes], out: BinaryIO) -> None:
     for chunk in chunks:
         out.write(chunk)
     out.flush()
+
+
+@contextlib.contextmanager
+def partial_file(out: Path) -> Iterator[BinaryIO]:
+    """A file to write ``out``'s bytes to, renamed to ``out`` when the block ends without an error."""
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    try:
+        with writing(out), open(partial, "wb") as stream:
+            yield stream
+        os.replace(partial, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def writing(out: Path) -> Iterator[None]:
+    """An ``OSError`` while writing becomes an ``OutputError`` naming the output (disk full …)."""
+    try:
+        yield
+    except CkptfsError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{out}: {exc.strerror or exc}") from None
