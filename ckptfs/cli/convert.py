@@ -182,13 +182,14 @@ def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
         description="Write FILE's tensors to OUT, streaming (memory stays flat): as safetensors (the mount's "
                     "model.safetensors: what safetensors cannot hold is listed in its __metadata__), as an "
                     "uncompressed .npz of each tensor's .npy under its dotted key, or as a new directory of .npy "
-                    "files at the tensors' paths in a mount. The format follows OUT's name unless --to says: .safetensors, .npz, or a "
-                    "trailing / for a directory.",
+                    "files at the tensors' paths in a mount. The format follows OUT's name unless --to says: "
+                    ".safetensors, .npz, or a trailing / for a directory.",
         epilog="examples:\n  ckptfs convert model.pt model.safetensors\n  ckptfs convert model.pt weights.npz\n"
                "  ckptfs convert model.pt weights/     # a directory of .npy files")
     convert.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
     convert.add_argument("out", metavar="OUT", help="the file or directory to write (must not exist)")
-    convert.add_argument("--to", choices=FORMATS, help="the output format (default: from OUT's name: its suffix, or a trailing / for dir)")
+    convert.add_argument("--to", choices=FORMATS,
+                         help="the output format (default: from OUT's name: its suffix, or a trailing / for dir)")
     convert.set_defaults(run=cmd_convert)
     return convert
 
