@@ -100,7 +100,7 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                     raise MountError("a ckptfs mount is read-only (ro is implied)", "-o rw")
             elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir"):
                 changes[name] = _value(name, value)
-            elif after_views and not has_value:
+            elif after_views and not has_value and not sloppy:
                 # views=json,foo: a misspelt view, refused below as views=zzz is.
                 views.append(name)  # type: ignore[union-attr]
                 listing_views = True
