@@ -1,5 +1,19 @@
 """The ``ckptfs`` and ``mount.ckptfs`` commands: arguments, output for people and for programs, one-line errors."""
 
-from ckptfs.cli.main import main, run
+from __future__ import annotations
 
-__all__ = ["main", "run"]
+from ckptfs.cli.interrupts import exit_on_interrupt
+
+TYPE_CHECKING = False  # not typing's: this runs before Ctrl-C is caught (cli.interrupts)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+__all__ = ["run"]
+
+
+def run() -> NoReturn:
+    """The ``ckptfs`` command; Ctrl-C is caught before the command's modules are imported (they take a while)."""
+    exit_on_interrupt()
+    from ckptfs.cli.main import run as run_command
+
+    run_command()

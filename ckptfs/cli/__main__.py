@@ -1,3 +1,3 @@
-from ckptfs.cli.main import run
+from ckptfs.cli import run
 
 run()

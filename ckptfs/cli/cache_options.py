@@ -46,7 +46,10 @@ def usable_cache_dir(folder: Path, named: str) -> bool:
     folder as the user gave it (``named``).
 
     The default folder is not checked here: an unusable one (a home without ``~/.cache``) is passed over silently,
-    as the user did not ask for it."""
+    as the user did not ask for it. A missing folder is made only where its parent is: a mistyped path does not
+    become a chain of new directories."""
+    if not folder.exists() and not folder.parent.is_dir():
+        return _warn(named, f"its parent folder {folder.parent} does not exist (only the last level is made)")
     try:
         metadata = cache_folder(folder, FOLDER)
     except CkptfsError as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import shutil
 import sys
 import zipfile
@@ -31,9 +32,11 @@ from ckptfs.fs.nodes import Kind, Node
 from ckptfs.fs.pieces import Piece, SourceBytes, piece_bytes
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, key_name
 from ckptfs.gc_pause import gc_paused
+from ckptfs.output_files import partial_file, writing
 from ckptfs.saving import save_torch
-from ckptfs.saving.output import CHUNK, kernel_copies, partial_file, writing
+from ckptfs.saving.output import CHUNK, kernel_copies
 from ckptfs.saving.torch_save import TorchArchive
+from ckptfs.sources import is_url
 
 FORMATS = ("pt", "safetensors", "npz", "dir")
 SUFFIXES = {".pt": "pt", ".pth": "pt", ".safetensors": "safetensors", ".npz": "npz"}
@@ -48,12 +51,20 @@ class Copied:
 
 
 def output_format(args: argparse.Namespace) -> str:
+    """``--to``, else what OUT's name says: a trailing ``/`` a directory, else its suffix."""
+    as_directory = args.out.endswith(os.sep)
     if args.to:
+        if as_directory and args.to != "dir":
+            raise OutputError(f"{args.out}: ends in {os.sep}, a directory, but --to {args.to} writes a file")
         return str(args.to)
+    if as_directory:
+        return "dir"
     suffix = Path(args.out).suffix
     if suffix in SUFFIXES:
         return SUFFIXES[suffix]
-    raise OutputError(f"{args.out}: say which format with --to ({', '.join(FORMATS)}): its name does not")
+    said = f"the suffix {suffix}" if suffix else "a name without a suffix"
+    raise OutputError(f"{args.out}: {said} does not say the format: name it .pt, .safetensors or .npz, end it in "
+                      f"{os.sep} for a directory of .npy files, or give --to ({', '.join(FORMATS)})")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -61,7 +72,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() or out.is_symlink():
         raise OutputError(f"{out}: already exists")
-    with gc_paused(), open_checkpoint(args.file, args.limits) as ck:
+    # An absolute path, as a mount names it: model.safetensors' "source" says where the tensors came from.
+    source = args.file if is_url(args.file) else os.path.abspath(args.file)
+    with gc_paused(), open_checkpoint(source, args.limits) as ck:
         if kind == "pt":
             for name, reason in save_torch(ck, out):
                 print(f"ckptfs: {out}: left out {name or 'the whole object'}: {reason}", file=sys.stderr)
@@ -161,10 +174,12 @@ def add_convert_command(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                     "and listed), as safetensors (the mount's "
                     "model.safetensors: what safetensors cannot hold is listed in its __metadata__), as an "
                     "uncompressed .npz of each tensor's .npy under its dotted key, or as a new directory of .npy "
-                    "files at the tensors' paths in a mount. The format follows OUT's suffix unless --to says.")
+                    "files at the tensors' paths in a mount. The format follows OUT's name unless --to says: "
+                    ".pt/.pth, .safetensors, .npz, or a trailing / for a directory.")
     convert.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name)")
     convert.add_argument("out", metavar="OUT", help="the file or directory to write (must not exist)")
-    convert.add_argument("--to", choices=FORMATS, help="the output format (default: from OUT's suffix)")
+    convert.add_argument("--to", choices=FORMATS,
+                         help="the output format (default: from OUT's name: its suffix, or a trailing / for dir)")
     convert.set_defaults(run=cmd_convert)
     return convert
 

@@ -30,6 +30,7 @@ FORMAT_NAMES = {
     "pt2": "torch.export archive (.pt2)",
     "safetensors": "safetensors file",
     "safetensors_dir": "directory of safetensors files (HuggingFaceStorageWriter, save_pretrained)",
+    "dcp": "distributed checkpoint directory (torch.distributed.checkpoint, DCP)",
 }
 UNWRITTEN_SHOWN = 20
 """Storages ``ckptfs info`` lists by name when skip_data left them unwritten (``--json`` gives all)."""
@@ -163,8 +164,13 @@ def _dtype_lines(tensors: list[Tensor]) -> list[str]:
 
 
 def _detail(value: Any) -> str:
+    """A detail as people write it: lists as ``a, b``, mappings as ``key=value, ...``, never a Python repr."""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{_detail(key)}={_detail(item)}" for key, item in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_detail(item) for item in value) or "none"
     return str(value)
 
 

@@ -7,30 +7,29 @@ import contextlib
 import os
 import re
 import sys
-from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import IO, Any, Callable, NoReturn, Sequence
 
 from ckptfs.checkpoint import open_checkpoint
+from ckptfs.cli.cache_options import add_cache_options, cache_dir
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
 from ckptfs.cli.fill import add_fill_parser
+from ckptfs.cli.global_options import add_debug_option, add_limit_option
 from ckptfs.cli.help_texts import EXAMPLES, LIMITS_POINTER, HelpFormatter, HelpLimits
 from ckptfs.cli.info import description_text, indented, overview
+from ckptfs.cli.interrupts import INTERRUPTED, RaisingInterrupts, exit_on_interrupt
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.cli.manpage import ManPage
+from ckptfs.cli.mount_commands import add_mount_commands
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
-from ckptfs.cli.cache_options import add_cache_options, cache_dir, chosen_cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
-from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.gc_pause import gc_paused
-from ckptfs.limits import Limits, format_quantity, parse_quantity
+from ckptfs.limits import Limits, format_quantity
 
-INTERRUPTED = 130
-"""Exit status after Ctrl-C, as shells report a command killed by SIGINT."""
 PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert", "fill")
 """Commands that parse a checkpoint: a progress line on a terminal, ``--limit`` and ``--debug`` after them too."""
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
@@ -58,82 +57,17 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mount(args: argparse.Namespace) -> int:
-    from ckptfs.fuse.mount_options import group_id, user_id, with_options
-
-    options = MountOptions(
-        foreground=args.foreground, debug=args.debug, allow_other=args.allow_other, multithreaded=args.multithreaded,
-        nest=args.nest,
-        uid=None if args.uid is None else user_id(args.uid, f"--uid {args.uid}"),
-        gid=None if args.gid is None else group_id(args.gid, f"--gid {args.gid}"), log_file=args.log_file)
-    options = with_options(options, args.options)
-    if options.no_cache:
-        args.no_cache = True
-    elif args.cache_dir is None and options.cache_dir is not None:
-        args.cache_dir = chosen_cache_dir(False, Path(options.cache_dir), f"-o cache_dir={options.cache_dir}")
-        args.no_cache = args.cache_dir is None
-    mount(args.source, args.mountpoint, options, args.limits, remote_options(args), cache_dir(args))
-    return 0
-
-
-def cmd_umount(args: argparse.Namespace) -> int:
-    """Unmounts every mount point given; each failure is its own line, and the others are still unmounted."""
-    failed = 0
-    for mountpoint in args.mountpoints:
-        try:
-            unmount(mountpoint, lazy=args.lazy)
-        except CkptfsError as exc:
-            print(f"ckptfs: {exc}", file=sys.stderr)
-            failed += 1
-    return 1 if failed else 0
-
-
-def cmd_mounts(args: argparse.Namespace) -> int:
-    import json
-
-    from ckptfs.fuse.mount_table import ckptfs_mounts
-
-    for entry in ckptfs_mounts():
-        if args.json:
-            print(json.dumps({"mountpoint": entry.point, "source": entry.source, "uid": entry.owner},
-                             ensure_ascii=False))
-        else:
-            print(f"{_escaped(entry.point)} {_escaped(entry.source)}")
-    return 0
-
-
-def _escaped(path: str) -> str:
-    """As /proc/mounts writes it: space, tab, newline and backslash as octal escapes, so one mount is one line."""
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
-
-
-def _parse_limit(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
-    if not sep or name not in Limits.names():
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(Limits.names())}")
-    try:
-        return name, parse_quantity(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
-
-
-def _add_limit_option(parser: argparse.ArgumentParser, dest: str) -> None:
-    """``--limit`` before or after the command (two destinations: a command's namespace replaces the top one's)."""
-    parser.add_argument("--limit", action="append", type=_parse_limit, default=[], dest=dest, metavar="NAME=VALUE",
-                        help="raise a safety limit (repeatable; ckptfs --help-limits lists them), e.g. "
-                             "--limit max_pickle_bytes=1GiB")
-
-
-def _add_debug_option(parser: argparse.ArgumentParser) -> None:
-    """``--debug`` after the command too; given nowhere, the top parser's False stands."""
-    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show the traceback of an error")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """argparse's usage and error, the error on one line whatever the arguments hold."""
         super().error(printable(message))
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        """As argparse's, but a failed write (``--help`` to a full disk) is not ignored."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 class _Version(argparse.Action):
@@ -164,14 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--man", action=ManPage)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error (with mount: also log every request)")
-    _add_limit_option(parser, "limit")
+    add_limit_option(parser, "limit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser, prog="ckptfs",
                                 title="commands", help="ckptfs COMMAND --help tells more")
     _add_reading_commands(sub)
     convert = add_convert_command(sub)
-    _add_limit_option(convert, "command_limit")
-    _add_debug_option(convert)
-    _add_mount_commands(sub)
+    add_limit_option(convert, "command_limit")
+    add_debug_option(convert)
+    add_mount_commands(sub)
     _lay_out_help(sub)
     return parser
 
@@ -187,10 +121,10 @@ def _add_reading_commands(sub: Any) -> None:
                          "nbytes")
     ls.add_argument("--nest", action="store_true", help="files as a --nest mount shows them (dotted keys as "
                                                         "directories: model/layers/0/mlp/w1.weight)")
-    _add_limit_option(ls, "command_limit")
+    add_limit_option(ls, "command_limit")
     add_remote_options(ls)
     add_cache_options(ls)
-    _add_debug_option(ls)
+    add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
     info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
@@ -201,69 +135,14 @@ def _add_reading_commands(sub: Any) -> None:
     info.add_argument("--json", action="store_true", help="machine-readable JSON instead of the overview")
     info.add_argument("--indent", type=_indent, metavar="N",
                       help="with --json: lay the JSON out over lines, N spaces per level (default: one line)")
-    _add_limit_option(info, "command_limit")
+    add_limit_option(info, "command_limit")
     add_remote_options(info)
     add_cache_options(info)
-    _add_debug_option(info)
-    info.set_defaults(run=cmd_info)
+    add_debug_option(info)
+    info.set_defaults(run=cmd_info, command_parser=info)
     for command in (add_cat_parser(sub), add_diff_parser(sub), add_fill_parser(sub)):
-        _add_limit_option(command, "command_limit")
-        _add_debug_option(command)
-
-
-def _add_mount_commands(sub: Any) -> None:
-    """``mount``, ``umount`` and ``mounts``."""
-    mnt = sub.add_parser(
-        "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
-                    "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT")
-    mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
-                                                      "http(s)://, gs://, ...; a DCP directory's ends in /)")
-    mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
-    mnt.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
-                     help="mount options: allow_other, allow_root, auto_unmount, uid=N, gid=N, umask=NNN (modes "
-                          "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
-                          "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
-                          "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
-                          "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
-                          "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
-                          "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "
-                          "it, in place (ro, the default, undoes it)")
-    mnt.add_argument("-f", "--foreground", action="store_true", help="serve in the foreground until unmounted")
-    mnt.add_argument("--nest", action="store_true",
-                     help="show a dict's dotted keys as directories: model.layers.0.mlp.w1.weight as "
-                          "model/layers/0/mlp/w1.weight (every dot but the last; exact keys stay in the sidecars and "
-                          ".ckptfs/index.json; -o nest)")
-    mnt.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help="log every request: on stderr with -f, else in --log-file (which it then needs)")
-    mnt.add_argument("--log-file", metavar="PATH",
-                     help="append the daemon's warnings and errors here, timestamped "
-                          "(default: syslog when /dev/log exists, else nowhere; stderr with -f)")
-    mnt.add_argument("--allow-other", action="store_true", help="let other users see the mount (-o allow_other)")
-    mnt.add_argument("--uid", metavar="USER", help="owner of every file, a name or a number (default: the source's)")
-    mnt.add_argument("--gid", metavar="GROUP", help="group of every file, a name or a number (default: the source's)")
-    mnt.add_argument("--multithreaded", action="store_true",
-                     help="answer requests on several threads (default: one, which streams fastest)")
-    _add_limit_option(mnt, "command_limit")
-    add_remote_options(mnt)
-    add_cache_options(mnt)
-    mnt.set_defaults(run=cmd_mount)
-    umount = sub.add_parser("umount", help="unmount ckptfs mounts (also dead ones whose daemon was killed)",
-                            description="Unmount each MOUNTPOINT; a failure is one line and does not stop the "
-                                        "others; the exit status is 1 if any failed.")
-    umount.add_argument("mountpoints", metavar="MOUNTPOINT", nargs="+", help="a ckptfs mount point (or a symlink "
-                                                                             "to one)")
-    umount.add_argument("-l", "--lazy", action="store_true",
-                        help="detach now even if files in it are open; the daemon exits once the last is closed")
-    umount.set_defaults(run=cmd_umount)
-    mounts = sub.add_parser("mounts", help="list the ckptfs mounts: mount point and source, one per line",
-                            description="List the ckptfs mounts this process can see (as findmnt -t fuse.ckptfs "
-                                        "does): MOUNTPOINT SOURCE, one mount per line, with space, tab, newline and "
-                                        "backslash written as octal escapes (\\040 ...) as in /proc/mounts.")
-    mounts.add_argument("--json", action="store_true",
-                        help="one JSON object per line: mountpoint, source, uid (the user who mounted it)")
-    mounts.set_defaults(run=cmd_mounts)
+        add_limit_option(command, "command_limit")
+        add_debug_option(command)
 
 
 def _indent(text: str) -> int:
@@ -283,11 +162,27 @@ def _lay_out_help(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:
+        discard_output()
+        return 0
+    except OSError as exc:  # --help or --version written to a full disk
+        discard_output()
+        _error(f"writing the output: {exc.strerror or exc}")
+        return 1
+    if getattr(args, "indent", None) is not None and not args.json:
+        args.command_parser.error("--indent lays out --json's output: give --json too")
     args.limits = Limits(**dict(args.limit + getattr(args, "command_limit", [])))
+    try:
+        if hasattr(args, "prepare"):
+            args.prepare(args)
+    except CkptfsError as exc:  # the command's own arguments: no traceback to show, even with --debug
+        _error(str(exc))
+        return 1
     run: Callable[[argparse.Namespace], int] = args.run
     try:
-        with ProgressLine() if args.command in PARSING_COMMANDS else contextlib.nullcontext():
+        with RaisingInterrupts(), ProgressLine() if args.command in PARSING_COMMANDS else contextlib.nullcontext():
             return run(args)
     except CkptfsError as exc:
         if args.debug:
@@ -327,7 +222,11 @@ def run() -> NoReturn:
     tens of milliseconds, and ``ckptfs mount`` would spend them after the
     mount is already up and its daemon holds its own copy.
     """
-    code = main()
+    exit_on_interrupt()
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse after --help, --version or a usage error
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from pathlib import Path
 from typing import BinaryIO, Iterable
 
 from ckptfs.errors import CkptfsError
+from ckptfs.output_files import partial_file, writing
 
 
 def discard_output() -> None:
@@ -33,7 +35,7 @@ def write_text(texts: Iterable[str]) -> None:
 def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
     """Writes the chunks to the file ``output``, or to stdout (never a terminal). A failed write is a
     CkptfsError naming it; a closed pipe stays BrokenPipeError (``main`` then ends quietly, as after
-    ``ckptfs ls | head``)."""
+    ``ckptfs ls | head``). A file ``output`` appears whole or not at all (``partial_file``)."""
     if output is None:
         if sys.stdout.isatty():
             raise CkptfsError("not writing binary data to a terminal: redirect it, or give -o OUT")
@@ -45,11 +47,13 @@ def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
             discard_output()
             raise CkptfsError(f"writing the output: {exc.strerror or exc}") from None
         return
-    try:
-        with open(output, "wb") as out:
+    path = Path(output)
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO ...: never replaced by a file
+        with writing(path), open(path, "wb") as out:
             _write_all(chunks, out)
-    except OSError as exc:
-        raise CkptfsError(f"writing {output}: {exc.strerror or exc}") from None
+        return
+    with partial_file(path) as out:
+        _write_all(chunks, out)
 
 
 def _write_all(chunks: Iterable[bytes], out: BinaryIO) -> None:

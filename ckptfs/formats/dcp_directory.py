@@ -65,10 +65,15 @@ def _metadata_order(name: str) -> tuple[int, int, str]:
             int(rank.group(1)) if rank else 0, name)
 
 
+NOT_A_CHECKPOINT_DIRECTORY = ("a directory, but no checkpoint directory: those read are DCP's (a .metadata file, "
+                              "torch.distributed.checkpoint) and directories of .safetensors files (Hugging Face "
+                              "shards)")
+
+
 def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
     files = metadata_files(directory)
     if not files:
-        raise NotACheckpointError("a directory, not a checkpoint file")
+        raise NotACheckpointError(NOT_A_CHECKPOINT_DIRECTORY)
     metadata = _merged([_read_metadata(directory, name, limits) for name in files])
     stored = {info.relative_path for info in metadata.storage.values()}
     parsed = DcpParsed(FORMAT, {}, [], details={

@@ -46,6 +46,8 @@ EOCD = struct.Struct("<4sHHHHIIH")
 ZIP64_EOCD = struct.Struct("<4sQHHIIQQQQ")
 ZIP64_LOCATOR = struct.Struct("<4sIQI")
 MERGE_GAP = 64 * 1024
+TRUNCATED = ": the file looks truncated (a copy cut short, or a save still being written)"
+"""A zip's directory is written last: without its end record the file stopped before its end."""
 DESCRIPTOR_SIZES = (12, 16, 20, 24)
 """A data descriptor: CRC and 4- or 8-byte sizes, with or without its signature (torch writes one after each
 record)."""
@@ -100,11 +102,11 @@ class ZipArchive:
     def _read_directory(self) -> None:
         opening = self._reads()
         if self.source.size < EOCD.size:
-            raise CorruptCheckpointError("zip file too short for an end-of-central-directory record")
+            raise CorruptCheckpointError(f"zip file too short for an end-of-central-directory record{TRUNCATED}")
         tail, tail_start = opening.tail, opening.tail_start
         eocd_pos = find_end_record(tail)
         if eocd_pos < 0:
-            raise CorruptCheckpointError("no zip end-of-central-directory record")
+            raise CorruptCheckpointError(f"no zip end-of-central-directory record{TRUNCATED}")
         (_, disk, cd_disk, _, count, cd_size, cd_offset, _) = EOCD.unpack_from(tail, eocd_pos)
         if disk != 0 or cd_disk != 0:
             raise UnsupportedError("multi-disk zip archives are not supported")
@@ -229,7 +231,9 @@ class ZipArchive:
         for e in wanted:
             limit = max_sizes[e.name[len(self.prefix) :]]
             if e.size > limit:
-                raise LimitExceededError(f"zip record {e.name!r} of {e.size} bytes exceeds the limit of {limit}")
+                # Records other than the pickles are small by nature: a limit of their own is no setting.
+                named = " (limit max_pickle_bytes)" if limit == self.limits.max_pickle_bytes else ""
+                raise LimitExceededError(f"zip record {e.name!r} of {e.size} bytes exceeds the limit of {limit}{named}")
             if groups and e.header_offset - self._span_end(groups[-1][-1]) < MERGE_GAP:
                 groups[-1].append(e)
             else:

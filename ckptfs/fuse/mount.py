@@ -33,7 +33,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fuse import daemon_log
 from ckptfs.fuse.auto_unmount import start_watcher
 from ckptfs.fuse.bindings import INSTALL_HINT
-from ckptfs.fuse.mount_options import MountOptions, libfuse_flags
+from ckptfs.fuse.mount_options import MountOptions, check_options, libfuse_flags
 from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
 from ckptfs.fuse.unmount import run_unmount, unmount
 from ckptfs.gc_pause import gc_paused
@@ -62,8 +62,7 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     """
     target = absolute_mountpoint(mountpoint)
     check_mountpoint(target)
-    if options.debug and not options.foreground and options.log_file is None:
-        raise MountError("--debug in the background needs --log-file PATH (or -f, to log on the terminal)")
+    check_options(options)
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)
     try:

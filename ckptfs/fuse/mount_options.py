@@ -83,7 +83,7 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 # views=json,npy: the names after views= are its (no view is called as an option is).
                 views.append(name)  # type: ignore[union-attr]
                 continue
-            listing_views = False
+            after_views, listing_views = listing_views, False
             if has_value and name == "views":
                 views, listing_views = list(filter(None, value.split(":"))), True
             elif option == "noviews":
@@ -104,6 +104,10 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 changes["rw"] = False
             elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir"):
                 changes[name] = _value(name, value)
+            elif after_views and not has_value and not sloppy:
+                # views=json,foo: a misspelt view, refused below as views=zzz is.
+                views.append(name)  # type: ignore[union-attr]
+                listing_views = True
             elif not sloppy:
                 raise MountError("unknown mount option (ckptfs mount --help lists them)", f"-o {option}")
     if views is not None:
@@ -112,6 +116,12 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
         except UnknownViewError as exc:
             raise MountError(exc.reason, f"-o views={','.join(views)}") from None
     return dataclasses.replace(options, kernel_flags=tuple(dict.fromkeys(flags)), **changes)
+
+
+def check_options(options: MountOptions) -> None:
+    """MountError for options that cannot go together."""
+    if options.debug and not options.foreground and options.log_file is None:
+        raise MountError("--debug in the background needs --log-file PATH (or -f, to log on the terminal)")
 
 
 def _value(name: str, text: str) -> int | str:

@@ -23,7 +23,7 @@ def unmount(mountpoint: str, lazy: bool = False) -> None:
     target = absolute_mountpoint(mountpoint)
     entry = find_mount(target)
     if entry is None:
-        raise MountError("not mounted", target)
+        raise MountError("not mounted" if os.path.lexists(target) else "does not exist", target)
     if entry.fstype != FSTYPE:
         raise MountError(f"a {entry.fstype} mount, not a ckptfs one", target)
     error = run_unmount(target, lazy=lazy)

@@ -45,8 +45,8 @@ class Machine:
     ) -> None:
         if len(data) > limits.max_pickle_bytes:
             raise LimitExceededError(
-                f"pickle of {len(data)} bytes exceeds the limit of {limits.max_pickle_bytes} bytes"
-            )
+                f"pickle of {len(data)} bytes exceeds the limit of {limits.max_pickle_bytes} bytes "
+                "(limit max_pickle_bytes)")
         self.data = bytes(data)
         self.pos = 0
         self.resolve = resolve
@@ -95,7 +95,8 @@ class Machine:
 
     def push(self, value: Any) -> None:
         if len(self.stack) >= self.limits.max_stack_depth:
-            raise LimitExceededError(f"pickle stack exceeds {self.limits.max_stack_depth} entries")
+            raise LimitExceededError(
+                f"pickle stack exceeds {self.limits.max_stack_depth} entries (limit max_stack_depth)")
         self.stack.append(value)
 
     def pop(self) -> Any:
@@ -117,7 +118,8 @@ class Machine:
 
     def memo_put(self, index: int, value: Any) -> None:
         if index not in self.memo and len(self.memo) >= self.limits.max_memo_entries:
-            raise LimitExceededError(f"pickle memo exceeds {self.limits.max_memo_entries} entries")
+            raise LimitExceededError(
+                f"pickle memo exceeds {self.limits.max_memo_entries} entries (limit max_memo_entries)")
         self.memo[index] = value
 
     def memo_get(self, index: int) -> Any:

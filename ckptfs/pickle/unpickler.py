@@ -79,7 +79,7 @@ class SafeUnpickler(Machine):
                 if not stack:
                     raise UnpicklingError(f"stack underflow at offset {self.pos - 1}")
                 if index not in memo and len(memo) >= max_memo:
-                    raise LimitExceededError(f"pickle memo exceeds {max_memo} entries")
+                    raise LimitExceededError(f"pickle memo exceeds {max_memo} entries (limit max_memo_entries)")
                 memo[index] = stack[-1]
                 continue
             if op == 0x68 or op == 0x6A:  # BINGET, LONG_BINGET
@@ -293,7 +293,7 @@ _CONSTANTS = frozenset({0x29, 0x7D, 0x89, 0x5D, 0x4E, 0x88})
 
 
 def _too_deep(max_depth: int) -> LimitExceededError:
-    return LimitExceededError(f"pickle stack exceeds {max_depth} entries")
+    return LimitExceededError(f"pickle stack exceeds {max_depth} entries (limit max_stack_depth)")
 
 
 def load_at(

@@ -12,20 +12,17 @@ renamed; on any error or interrupt it is removed and nothing is left behind.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import mmap
 import os
-from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable
 
 from isal.isal_zlib import crc32
 
-from ckptfs.errors import CkptfsError, OutputError
+from ckptfs.errors import OutputError
 
 CHUNK = 8 << 20
 """Bytes copied at a time: the most a conversion holds in memory."""
-PARTIAL_SUFFIX = ".ckptfs-partial"
 
 KernelCopy = Callable[[int, int, int, int, int], int]
 """``copy(source_fd, out_fd, count, source_offset, out_offset)``: bytes copied at those offsets."""
@@ -45,44 +42,6 @@ def kernel_copies() -> list[KernelCopy]:
     """The kernel's ways of copying between files, best first."""
     return [copy for name, copy in (("copy_file_range", _copy_file_range), ("sendfile", _sendfile))
             if hasattr(os, name)]
-
-
-@contextlib.contextmanager
-def partial_file(out: Path) -> Iterator[BinaryIO]:
-    """A file to write ``out``'s bytes to, fsynced and renamed to ``out`` when the block ends without an error."""
-    partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    try:
-        with writing(out), open(partial, "wb") as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(partial, out)
-        _sync_directory(out.parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
-
-
-def _sync_directory(directory: Path) -> None:
-    """The rename on disk too (a file system that cannot sync a directory has nothing to sync)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def writing(out: Path) -> Iterator[None]:
-    """An ``OSError`` while writing becomes an ``OutputError`` naming the output (disk full …)."""
-    try:
-        yield
-    except CkptfsError:
-        raise
-    except OSError as exc:
-        raise OutputError(f"{out}: {exc.strerror or exc}") from None
 
 
 class Output:

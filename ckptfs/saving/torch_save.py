@@ -18,7 +18,8 @@ from isal.isal_zlib import crc32
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.safetensors import LeftOut
-from ckptfs.saving.output import CHUNK, Output, partial_file, writing
+from ckptfs.output_files import partial_file, writing
+from ckptfs.saving.output import CHUNK, Output
 from ckptfs.saving.torch_pickle import Record, TorchPickler
 from ckptfs.saving.torch_zip import Entry, central_directory, descriptor, local_header
 

@@ -46,12 +46,14 @@ def test_output_is_the_same_from_the_cache(many: Path, tmp_path: Path, command: 
 def test_cache_dir_option(many: Path, tmp_path: Path) -> None:
     home, chosen = tmp_path / "xdg", tmp_path / "chosen"
     run("ls", "--cache-dir", chosen, many, cache_home=home)
-    assert len(entries(chosen)) == 1 and not home.exists()
+    assert len(entries(chosen)) == 1 and not home.exists()  # its last level made: its parent exists
 
 
 def unusable_folder(tmp_path: Path, how: str) -> Path:
     """A --cache-dir ckptfs cannot use: a file, or a folder whose metadata/ is another user's or not writable."""
     folder = tmp_path / "cache"
+    if how == "under missing folders":
+        return tmp_path / "no" / "such" / "cache"
     if how == "a file":
         folder.write_bytes(b"")
         return folder
@@ -69,7 +71,8 @@ def unusable_folder(tmp_path: Path, how: str) -> Path:
 
 REASONS = {"a file": "cache folder {}/metadata: Not a directory",
            "another user's": "cache folder {}/metadata: not a directory owned by this user",
-           "not writable": "cache folder {}/metadata: not readable and writable by this user"}
+           "not writable": "cache folder {}/metadata: not readable and writable by this user",
+           "under missing folders": "its parent folder {parent} does not exist (only the last level is made)"}
 
 
 @pytest.mark.parametrize("how", REASONS)
@@ -82,5 +85,7 @@ def test_an_unusable_cache_dir_is_one_warning_and_no_cache(many: Path, tmp_path:
     assert result.returncode == 0
     assert result.stdout == run("ls", "--no-cache", many, cache_home=home)
     assert result.stderr.splitlines() == [f"ckptfs: warning: --cache-dir {folder} is unusable: "
-                                          f"{REASONS[how].format(folder)}; going on without the cache"]
-    assert not home.exists() and (how == "a file" or not any((folder / "metadata").iterdir()))
+                                          f"{REASONS[how].format(folder, parent=folder.parent)}; going on without "
+                                          "the cache"]
+    assert not home.exists() and not (tmp_path / "no").exists()
+    assert how in ("a file", "under missing folders") or not any((folder / "metadata").iterdir())

@@ -104,7 +104,7 @@ def test_a_full_disk_and_a_closed_pipe(tmp_path: Path) -> None:
             result = cat(tmp_path / "big.pt", "big", stdout=full)
         assert (result.returncode, result.stderr) == (1, b"ckptfs: writing the output: No space left on device\n")
         result = cat(tmp_path / "big.pt", "big", "-o", "/dev/full")
-        assert (result.returncode, result.stderr) == (1, b"ckptfs: writing /dev/full: No space left on device\n")
+        assert (result.returncode, result.stderr) == (1, b"ckptfs: /dev/full: No space left on device\n")
     process = subprocess.Popen([*CLI, "cat", str(tmp_path / "big.pt"), "big"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None

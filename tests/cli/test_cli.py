@@ -19,7 +19,7 @@ from torch import nn
 
 import ckptfs
 from ckptfs.cli.main import build_parser
-from ckptfs.limits import parse_quantity
+from ckptfs.limits import format_quantity, parse_quantity
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -170,7 +170,8 @@ def test_limits_take_units(tmp_path: Path, value: str, limit: int) -> None:
     else:
         assert result.returncode == 1
         assert result.stderr == (f"ckptfs: {path}: zip record 'p/data.pkl' of {size} bytes exceeds the limit "
-                                 f"of {limit}\n")
+                                 f"of {limit} (limit max_pickle_bytes); to allow more: --limit max_pickle_bytes=VALUE "
+                                 f"(now {format_quantity(limit, True)})\n")
 
 
 @pytest.mark.parametrize(("value", "reason"), [

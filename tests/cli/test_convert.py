@@ -91,7 +91,10 @@ def test_refusals_are_one_line(checkpoint: tuple[Path, dict[str, torch.Tensor]],
     (tmp_path / "there.safetensors").write_bytes(b"x")
     cases = {("convert", source, tmp_path / "there.safetensors"): f"{tmp_path / 'there.safetensors'}: already exists",
              ("convert", source, tmp_path / "out.bin"):
-                 f"{tmp_path / 'out.bin'}: say which format with --to (pt, safetensors, npz, dir): its name does not"}
+                 f"{tmp_path / 'out.bin'}: the suffix .bin does not say the format: name it .pt, .safetensors or "
+                 ".npz, end it in / for a directory of .npy files, or give --to (pt, safetensors, npz, dir)",
+             ("convert", "--to", "npz", source, f"{tmp_path / 'o'}/"):
+                 f"{tmp_path / 'o'}/: ends in /, a directory, but --to npz writes a file"}
     for args, message in cases.items():
         done = run(*args)
         assert (done.returncode, done.stderr) == (1, f"ckptfs: {message}\n")

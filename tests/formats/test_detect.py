@@ -108,8 +108,8 @@ NOT_CHECKPOINTS: dict[str, tuple[Callable[[Path], None], type[CkptfsError], str]
                            "zip record 'b/version' is outside the archive directory 'a/'"),
     "torch_export": (lambda p: write_raw_archive(p, b"\x80\x02N.", {"archive_format": b"pt2"}),
                      CorruptCheckpointError, "^a torch.export archive without any models/<name>.json$"),
-    "directory": (lambda p: p.mkdir(), NotACheckpointError, "^a directory, not a checkpoint file$"),
-    "directory_of_files": (_directory_of_files, NotACheckpointError, "^a directory, not a checkpoint file$"),
+    "directory": (lambda p: p.mkdir(), NotACheckpointError, "^a directory, but no checkpoint directory: "),
+    "directory_of_files": (_directory_of_files, NotACheckpointError, "^a directory, but no checkpoint directory: "),
     "missing": (lambda p: None, SourceError, "cannot open: No such file or directory"),
 }
 

@@ -379,7 +379,7 @@ case("dcp_planted_object", "dcp", _planted_object, check=_planted_check)
 case("dcp_metadata_truncated", "dcp", directory(metadata=lambda data: data[:300]), CorruptCheckpointError,
      r"\.metadata: pickle truncated|pickle truncated")
 case("dcp_metadata_not_metadata", "dcp", directory(metadata=lambda data: pickle(dct((s("a"), i(1))))),
-     NotACheckpointError, r"a directory, not a checkpoint file")
+     NotACheckpointError, r"a directory, but no checkpoint directory: those read are DCP.s \(a \.metadata")
 case("dcp_metadata_huge_string", "dcp",
      directory(metadata=lambda data: data[:-2] + b"0X" + struct.pack("<I", 0xFFFFFFF0) + b"abc."),
      CorruptCheckpointError, r"truncated")

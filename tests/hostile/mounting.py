@@ -52,12 +52,6 @@ def peak_rss(pid: int) -> int:
     raise AssertionError(f"no VmHWM for {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")

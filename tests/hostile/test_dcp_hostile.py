@@ -196,7 +196,7 @@ def test_cli(name: str, base: Path, tmp_path: Path, env: Env, runner: Runner) ->
 def test_a_directory_of_other_files_is_not_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "x.metadata").write_bytes(pickle.dumps({"a": 1}))
-    with pytest.raises(CkptfsError, match=re.escape(f"{tmp_path}: a directory, not a checkpoint file")):
+    with pytest.raises(CkptfsError, match=re.escape(f"{tmp_path}: a directory, but no checkpoint directory: ")):
         ckptfs.open(tmp_path)
 
 

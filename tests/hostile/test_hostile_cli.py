@@ -14,7 +14,7 @@ import pytest
 import ckptfs
 from hostile.cases import CASES, Case
 from hostile.checks import TRUNCATION_REASONS, assert_bounded, assert_cli_error
-from hostile.conftest import MEMORY_BOUND, WALL_BOUND, Runner
+from hostile.conftest import HANG_SECONDS, MEMORY_BOUND, Runner
 from hostile.seeds import SEED_NAMES
 from hostile.truncate import truncation_offsets
 
@@ -72,7 +72,7 @@ def test_console_script(name: str, hostile_files: dict[str, Path], runner: Runne
     for command in COMMANDS.values():
         forked = runner.run(*command, path)
         real = subprocess.run([CONSOLE_SCRIPT, *command, path], capture_output=True, text=True,
-                              timeout=WALL_BOUND, preexec_fn=_limit_memory,
+                              timeout=HANG_SECONDS, preexec_fn=_limit_memory,
                               env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
         assert (real.returncode, real.stdout, real.stderr) == (forked.rc, forked.stdout, forked.stderr)
 

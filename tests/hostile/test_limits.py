@@ -77,6 +77,7 @@ def test_limit_is_enforced_and_can_be_changed(name: str, runner: Runner, tmp_pat
             assert result.rc == 0, result.stderr
         else:
             assert_cli_error(result, path, outcome)
+            assert f"; to allow more: --limit {name}=VALUE (now " in result.stderr, result.stderr
 
 
 def test_max_inflated_bytes_bounds_reading_a_deflated_storage(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def _symlink_loop(tmp_path: Path) -> Path:
 
 SPECIAL = {
     "fifo": (_fifo, r"not a regular file, not a checkpoint file"),
-    "directory": (lambda tmp: tmp, r"a directory, not a checkpoint file"),
+    "directory": (lambda tmp: tmp, r"a directory, but no checkpoint directory: those read are DCP.s \(a \.metadata"),
     "char_device": (lambda tmp: Path("/dev/zero"), r"not a regular file, not a checkpoint file"),
     "missing": (lambda tmp: tmp / "missing.pt", r"cannot open: No such file or directory"),
     "symlink_loop": (_symlink_loop, r"cannot open: Too many levels of symbolic links"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from corpus import save_zip
 
-from mount.helpers import Mounter, run_cli
+from mount.helpers import Mounter, daemon_pids, run_cli, wait_until
 
 pytestmark = pytest.mark.mount
 
@@ -36,9 +37,9 @@ def test_mounts_lists_what_findmnt_lists(tmp_path: Path, mounter: Mounter) -> No
     base = f"{mounter.base}/"
 
     as_json = run_cli("mounts", "--json")
-    assert (as_json.returncode, as_json.stderr) == (0, "")
+    assert as_json.returncode == 0 and base not in as_json.stderr  # other processes' dead mounts are named there
     listed = [json.loads(line) for line in as_json.stdout.splitlines()]
-    assert all(set(entry) == {"mountpoint", "source", "uid"} for entry in listed)
+    assert all(set(entry) == {"mountpoint", "source", "uid", "alive"} for entry in listed)
     assert ours <= {(entry["mountpoint"], entry["source"]) for entry in listed}
     assert {entry["uid"] for entry in listed if (entry["mountpoint"], entry["source"]) in ours} == {os.getuid()}
     # Other processes may mount and unmount meanwhile: compare below our directory only.
@@ -46,7 +47,7 @@ def test_mounts_lists_what_findmnt_lists(tmp_path: Path, mounter: Mounter) -> No
     assert mine == {(target, source) for target, source in findmnt_ckptfs() if target.startswith(base)} == ours
 
     as_text = run_cli("mounts")
-    assert (as_text.returncode, as_text.stderr) == (0, "")
+    assert as_text.returncode == 0 and base not in as_text.stderr
     lines = as_text.stdout.splitlines()
     assert f"{first} {plain}" in lines and f"{named} named" in lines
     escaped_dir = str(odd).replace(" ", "\\040").replace("\t", "\\011")
@@ -60,3 +61,21 @@ def test_mounts_drops_what_is_unmounted(tmp_path: Path, mounter: Mounter) -> Non
     assert f"{mnt} {source}" in run_cli("mounts").stdout.splitlines()
     assert run_cli("umount", mnt).returncode == 0
     assert str(mnt) not in run_cli("mounts").stdout
+
+
+def test_a_mount_whose_daemon_was_killed_is_listed_as_dead(tmp_path: Path, mounter: Mounter) -> None:
+    source = save_zip({"w": torch.ones(2)}, tmp_path / "model.pt")
+    alive, killed = mounter(source), mounter(source)
+    (pid,) = daemon_pids(killed)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not daemon_pids(killed))
+    as_text = run_cli("mounts")
+    assert as_text.returncode == 0
+    assert f"{alive} {source}" in as_text.stdout.splitlines()
+    assert f"{killed} {source} dead" in as_text.stdout.splitlines()
+    assert [line for line in as_text.stderr.splitlines() if str(mounter.base) in line] == [
+        f"ckptfs: {killed}: dead (its daemon is gone); unmount it with: ckptfs umount {killed}"]
+    listed = {entry["mountpoint"]: entry for entry in map(json.loads, run_cli("mounts", "--json").stdout.splitlines())}
+    assert (listed[str(alive)]["alive"], listed[str(killed)]["alive"]) == (True, False)
+    assert run_cli("umount", killed).returncode == 0
+    assert str(killed) not in run_cli("mounts").stdout

@@ -128,7 +128,9 @@ BAD_OPTIONS = {
     ("-o", "umask=1777"): r"^ckptfs: -o umask=1777: expected an octal mode",
     ("-o", "fsname="): r"^ckptfs: -o fsname=: expected a value$",
     ("-o", "views=yaml"): r"^ckptfs: -o views=yaml: unknown view 'yaml' \(views: json, npy, q_scales, ",
-    ("-o", "views=json,yaml"): r"^ckptfs: -o yaml: unknown mount option",
+    ("-o", "views=json,yaml"): r"^ckptfs: -o views=json,yaml: unknown view 'yaml' \(views: json, npy, ",
+    ("-o", "views=json,yaml,nest"): r"^ckptfs: -o views=json,yaml: unknown view 'yaml' \(views: json, npy, ",
+    ("--debug", "-o", "views=zzz"): r"^ckptfs: -o views=zzz: unknown view 'zzz'",
     ("--uid", "no-such-user-here"): r"^ckptfs: --uid no-such-user-here: no such user$",
     ("--gid", "no-such-group-here"): r"^ckptfs: --gid no-such-group-here: no such group$",
 }

@@ -30,7 +30,7 @@ def test_several_at_once_each_problem_one_line_the_others_unmounted(tmp_path: Pa
     idle = mounter.directory()
     result = run_cli("umount", first, idle, tmp_path / "absent", second)
     assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.splitlines() == [f"ckptfs: {idle}: not mounted", f"ckptfs: {tmp_path}/absent: not mounted"]
+    assert result.stderr.splitlines() == [f"ckptfs: {idle}: not mounted", f"ckptfs: {tmp_path}/absent: does not exist"]
     assert not {str(first), str(second)} & set(mount_points())
     assert os.listdir(first) == os.listdir(second) == []
 

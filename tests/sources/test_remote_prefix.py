@@ -117,7 +117,7 @@ def test_s3_prefixes_with_and_without_collectives(s3_env: MotoS3, dcp_dirs: dict
     listed = open_source("s3://dcp/run 1/ranks/")
     assert isinstance(listed, PrefixSet)
     assert listed.names() == {p.name: p.stat().st_size for p in sorted(dcp_dirs["ranks"].iterdir())}
-    with pytest.raises(NotACheckpointError, match=r"^s3://dcp/nothing/: a directory, not a checkpoint file$"):
+    with pytest.raises(NotACheckpointError, match=r"^s3://dcp/nothing/: a directory, but no checkpoint directory: "):
         ckptfs.open("s3://dcp/nothing/")
     with pytest.raises(NoSuchObjectError, match=r"^s3://dcp/nothing: HTTP 404 Not Found \(NoSuchKey\)$"):
         ckptfs.open("s3://dcp/nothing")
