@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -91,6 +92,15 @@ class Checkpoint:
             return False
         self.tensors = tensors
         return True
+
+    def with_root(self, root: Any) -> Checkpoint:
+        """The same checkpoint seen through another tree of tensor records it holds (``model.state_dict``'s), with
+        ``tensors`` and their trails as that tree has them; reads, storages and the source are shared."""
+        view = copy.copy(self)
+        view.root = root
+        view.tensors = []
+        view._collect_tensors(self.limits)
+        return view
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)
