@@ -7,15 +7,14 @@ import json
 import time
 from typing import Any, Iterator
 
-from ckptfs.checkpoint import open_checkpoint
-from ckptfs.cli.cache_options import add_cache_options, cache_dir
+from ckptfs.cli.cache_options import add_cache_options
 from ckptfs.cli.compare import Comparison, Outcome
 from ckptfs.cli.diff_match import Entry, entries, paired
 from ckptfs.cli.listing import PADDED_FILE_CHARS, human_size, shape_text
 from ckptfs.cli.output import write_text
 from ckptfs.cli.printable import printable
-from ckptfs.cli.remote_options import add_remote_options, remote_options
-from ckptfs.cli.state_dict_option import add_state_dict_option, viewed
+from ckptfs.cli.remote_options import add_remote_options
+from ckptfs.cli.state_dict_option import add_state_dict_option, opened
 from ckptfs.counts import counted
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.jsontext import dumps
@@ -72,10 +71,7 @@ def _threads(text: str) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    remote, cache = remote_options(args), cache_dir(args)
-    with gc_paused(), open_checkpoint(args.a, args.limits, remote, cache) as a, \
-            open_checkpoint(args.b, args.limits, remote, cache) as b:
-        a, b = viewed(a, args), viewed(b, args)
+    with gc_paused(), opened(args, args.a) as a, opened(args, args.b) as b:
         pairs = paired(entries(a), entries(b))
         comparison = Comparison(a, b, quick=args.quick, threads=args.threads)
         outcomes = comparison.run([(x, y) for x, y in pairs if (x or y).tensor is not None])  # type: ignore[union-attr]
@@ -134,7 +130,7 @@ def text_lines(outcomes: list[Outcome], values: list[ValueOutcome], identical: b
         if value.status != "equal" or identical:
             rows.append((STATUS_WORDS[value.status], value.place.file, _value_text(value)))
     files = [printable(file) for _, file, _ in rows]
-    status_width = max((len(status) for status, _, _ in rows), default=0)
+    status_width = max(map(len, STATUS_WORDS.values()))
     file_width = min(max(map(len, files), default=0), PADDED_FILE_CHARS)
     for (status, _, what), file in zip(rows, files):
         yield f"{status:<{status_width}}  {file:<{file_width}}  {what}".rstrip() + "\n"

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from ckptfs.checkpoint import open_checkpoint
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
@@ -21,6 +20,7 @@ from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
 from ckptfs.cli.cache_options import add_cache_options, cache_dir, chosen_cache_dir
 from ckptfs.cli.remote_options import add_remote_options, remote_options
+from ckptfs.cli.state_dict_option import add_state_dict_option, opened
 from ckptfs.errors import CkptfsError
 from ckptfs.fuse.mount import MountOptions, mount, unmount
 from ckptfs.gc_pause import gc_paused
@@ -67,7 +67,7 @@ examples:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
+    with gc_paused(), opened(args, args.file) as ck:
         rows = listed(ck, nest=args.nest)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
@@ -75,7 +75,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
+    with gc_paused(), opened(args, args.file) as ck:
         if not args.json:
             write_text(line + "\n" for line in overview(ck))
             return 0
@@ -238,6 +238,7 @@ def _add_reading_commands(sub: Any) -> None:
     _add_limit_option(ls, "command_limit")
     add_remote_options(ls)
     add_cache_options(ls)
+    add_state_dict_option(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
     info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
@@ -252,6 +253,7 @@ def _add_reading_commands(sub: Any) -> None:
     _add_limit_option(info, "command_limit")
     add_remote_options(info)
     add_cache_options(info)
+    add_state_dict_option(info)
     _add_debug_option(info)
     info.set_defaults(run=cmd_info)
     for command in (add_cat_parser(sub), add_diff_parser(sub)):

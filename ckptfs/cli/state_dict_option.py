@@ -4,8 +4,12 @@ its attributes (``_modules/seq/_modules/0/_parameters/weight``)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Iterator
 
-from ckptfs.checkpoint import Checkpoint
+from ckptfs.checkpoint import Checkpoint, open_checkpoint
+from ckptfs.cli.cache_options import cache_dir
+from ckptfs.cli.remote_options import remote_options
 from ckptfs.errors import CkptfsError
 from ckptfs.model.state_dict import state_dict
 
@@ -27,3 +31,10 @@ def state_dict_view(ck: Checkpoint) -> Checkpoint:
     except CkptfsError as exc:
         raise exc.with_path(ck.path) from None
     return ck if named is None else ck.with_root(named)
+
+
+@contextlib.contextmanager
+def opened(args: argparse.Namespace, path: str) -> Iterator[Checkpoint]:
+    """The checkpoint a command names, with the command's limits, remote and cache options, and ``--state-dict``."""
+    with open_checkpoint(path, args.limits, remote_options(args), cache_dir(args)) as ck:
+        yield viewed(ck, args)

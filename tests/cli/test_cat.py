@@ -39,7 +39,7 @@ def test_a_tensor_of_each_dtype_by_its_ls_file_is_torchs_bytes(corpus: dict[str,
     entry = corpus[name]
     with ckptfs.open(entry.path) as ck:
         rows = {(tensor.dtype, tensor.is_contiguous): (file, tensor.path)
-                for file, tensor in reversed(listed(ck)) if tensor.has_data}
+                for file, tensor, *_ in reversed(listed(ck)) if tensor.has_data}
     for file, path in rows.values():
         result = cat(entry.path, file)
         assert (result.returncode, result.stderr) == (0, b""), file

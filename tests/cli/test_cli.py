@@ -49,12 +49,24 @@ def decode_key(key: Any) -> Any:
 
 @pytest.mark.parametrize("name", ["r1_views_containers", "r3_legacy", "r5_scripted", "r2_every_dtype_legacy"])
 def test_ls_lists_every_tensor(corpus: dict[str, CorpusFile], name: str) -> None:
-    """Text and --json list the same tensors, in pickle order, with torch's keys, dtypes, shapes and sizes."""
+    """Text and --json list the same tensors, in pickle order, with torch's keys, dtypes, shapes and sizes; each
+    other place of a tensor as an alias of it (``b -> a``, ``alias_of``) right after it."""
     text, as_json = run("ls", corpus[name].path), run("ls", "--json", corpus[name].path)
     assert (text.returncode, text.stderr, as_json.returncode, as_json.stderr) == (0, "", 0, "")
     expected = first_tensors(corpus[name].expected)
-    records = [json.loads(line) for line in as_json.stdout.splitlines()]
-    rows = [re.split(r"\s{2,}", line) for line in text.stdout.splitlines()]
+    every = [json.loads(line) for line in as_json.stdout.splitlines()]
+    records = [record for record in every if "alias_of" not in record]
+    every_row = [re.split(r"\s{2,}", line) for line in text.stdout.splitlines()]
+    rows = [row for row in every_row if " -> " not in row[0]]
+    assert [row[0] for row in every_row] == [r["file"] + (f" -> {r['alias_of']}" if "alias_of" in r else "")
+                                             for r in every]
+    by_file = {record["file"]: record for record in records}
+    for alias in every:
+        if "alias_of" in alias:
+            target = by_file[alias["alias_of"]]
+            assert alias["path"] != target["path"] and alias["dtype"] == target["dtype"], alias
+            paths = [tuple(decode_key(k) for k in record["path"]) for record in (alias, target)]
+            assert corpus[name].expected.tensors[paths[0]] is corpus[name].expected.tensors[paths[1]], alias
     assert len(rows) == len(records) == len(expected)
     paths = [tuple(decode_key(k) for k in record["path"]) for record in records]
     assert len(set(paths)) == len(paths)

@@ -77,7 +77,7 @@ def test_known_changes_are_reported_exactly(pair: tuple[Path, Path, dict[str, to
     assert (lines["steps"]["a"]["dtype"], lines["steps"]["b"]["dtype"]) == ("int64", "int32")
     assert lines["gone"]["status"] == "only_in_a" and lines["new"]["status"] == "only_in_b"
     assert lines["embed.weight"]["status"] == lines["lm_head.weight"]["status"] == "equal"
-    assert lines["lm_head.weight"]["a"]["alias_of"] == lines["lm_head.weight"]["b"]["alias_of"] == "embed.weight"
+    assert (lines["lm_head.weight"]["a"]["alias_of"], lines["lm_head.weight"]["b"]["alias_of"]) == ("embed.weight", None)
     assert summary | {"seconds": 0} == {"tensors": 10, "equal": 2, "differ": 5, "changed": 1, "only_in_a": 1,
                                         "only_in_b": 1, "error": 0, "aliases": 1, "bytes_read": summary["bytes_read"],
                                         "values": {"total": 0, "equal": 0, "differ": 0, "only_in_a": 0,
@@ -98,7 +98,7 @@ def test_text_output_and_summary(pair: tuple[Path, Path, dict[str, torch.Tensor]
                                 "1 only in B; 0 other values: 0 equal, 0 differ, 0 only in A, 0 only in B (")
     with_equal = diff("-s", path_a, path_b).stdout.splitlines()
     assert "equal      embed.weight" in with_equal
-    assert "equal      lm_head.weight  (alias of embed.weight in A and B)" in with_equal
+    assert "equal      lm_head.weight  (alias of embed.weight in A)" in with_equal
 
 
 def test_the_same_tensors_in_other_formats_and_nestings_are_equal(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_quick_stops_at_the_first_differing_chunk(tmp_path: Path) -> None:
     assert (status, lines["w"]["differing"], lines["w"]["max_abs"], lines["w"]["partial"]) == (1, 1, 1.0, True)
     assert summary["bytes_read"] <= 2 * 2 * CHUNK_ELEMENTS * 4
     text = diff("--quick", "--threads", "1", tmp_path / "a.pt", tmp_path / "b.pt").stdout.splitlines()[0]
-    assert text == ("differs    w  at least 1 of 3145728 elements, max abs at least 1, max rel at least inf "
+    assert text == ("differs    w  at least 1 of 3,145,728 elements, max abs at least 1, max rel at least inf "
                     "(--quick: read up to the first difference)")
 
 

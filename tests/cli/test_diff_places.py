@@ -52,7 +52,7 @@ def test_an_int_key_and_its_string_are_two_tensors(tmp_path: Path) -> None:
     assert (summary["tensors"], summary["equal"], summary["differ"]) == (2, 1, 1)
     text = diff(a, b)
     assert text.returncode == 1
-    assert text.stdout.splitlines()[0] == "differs  %30  2 of 2 elements, max abs 9, max rel inf"
+    assert text.stdout.splitlines()[0] == "differs    %30  2 of 2 elements, max abs 9, max rel inf"
 
 
 def test_a_dotted_key_and_the_same_keys_nested_are_two_tensors(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_only_a_value_changed_exits_1(tmp_path: Path) -> None:
     a = saved(tmp_path, "a.pt", {"model": state, "epoch": 1})
     b = saved(tmp_path, "b.pt", {"model": state, "epoch": 2})
     result = diff(a, b)
-    assert (result.returncode, result.stdout.splitlines()[0]) == (1, "differs  epoch  1 -> 2")
+    assert (result.returncode, result.stdout.splitlines()[0]) == (1, "differs    epoch  1 -> 2")
 
 
 def test_aliases_are_compared_and_said_so(tmp_path: Path) -> None:
@@ -114,8 +114,8 @@ def test_aliases_are_compared_and_said_so(tmp_path: Path) -> None:
         == {"a": (None, None), "b": ("a", None), "c/d": ("a", "a"), "tt": (None, None)}
     assert (summary["tensors"], summary["equal"], summary["aliases"]) == (4, 4, 2)
     lines = diff("-s", a, b).stdout.splitlines()
-    assert lines[:4] == ["equal  a", "equal  b    (alias of a in A)", "equal  c/d  (alias of a in A and B)",
-                         "equal  tt"]
+    assert lines[:4] == ["equal      a", "equal      b    (alias of a in A)",
+                         "equal      c/d  (alias of a in A and B)", "equal      tt"]
     assert lines[4].startswith("4 tensor paths (2 aliases): 4 equal, 0 differ")
 
 
