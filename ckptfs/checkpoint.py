@@ -38,6 +38,10 @@ class Checkpoint:
         self.root = parsed.root
         self.storages: list[Storage] = parsed.storages
         self.tensors: list[Tensor] = []
+        """Each distinct tensor record once, at its first place."""
+        self.alias_count = 0
+        """Other places of those records in the tree (tied weights: ``{"a": t, "b": t}`` has one tensor and one
+        alias), a container met again counting as one place."""
         self._reader = StorageReader(source, parsed)
         self._collect_tensors(limits)
         hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
@@ -57,6 +61,8 @@ class Checkpoint:
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
                 key_bytes += path_bytes.leaf(visit.trail)
+            elif isinstance(visit.value, Tensor):
+                self.alias_count += 1
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")
@@ -91,6 +97,7 @@ class Checkpoint:
         if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
             return False
         self.tensors = tensors
+        self.alias_count = len(values) - len(tensors)
         return True
 
     def with_root(self, root: Any) -> Checkpoint:
@@ -99,6 +106,7 @@ class Checkpoint:
         view = copy.copy(self)
         view.root = root
         view.tensors = []
+        view.alias_count = 0
         view._collect_tensors(self.limits)
         return view
 

@@ -54,7 +54,7 @@ def make_index(layout: Tree) -> bytearray:
     scales_shown, zero_points_shown = "q_scales" in views_shown, "q_zero_points" in views_shown
     budget = ck.limits.max_generated_bytes
     head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(),
+            "tensor_count": len(ck.tensors), "alias_count": ck.alias_count, "safetensors": layout.safetensors_paths(),
             "zarr": ZARR_DIR if "zarr" in views_shown else None}
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
     tensors = bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')

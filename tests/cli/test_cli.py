@@ -247,7 +247,8 @@ def test_info_overview(tmp_path: Path) -> None:
         "size:       130 B of tensor data (130 bytes)",
         "tensors:    4",
         "storages:   4 (130 B stored)",
-        "parameters: 28 (elements of every tensor); 12 in 1 nn.Parameters",
+        "elements:   28 in 4 tensors",
+        "parameters: 12 in 1 nn.Parameter",
         "dtypes:     float32   2 tensors  64 B",
         "            int64     1 tensor   56 B",
         "            bfloat16  1 tensor   10 B",
@@ -268,16 +269,17 @@ def test_info_overview_of_other_formats(corpus: dict[str, CorpusFile]) -> None:
         assert (result.returncode, result.stderr) == (0, "")
         fields = dict(line.split(None, 1) for line in result.stdout.splitlines() if not line.startswith(" "))
         assert fields["format:"] == words
-        assert fields["tensors:"] == f"{entry.expected.distinct:,}"
+        aliases = sum(1 for line in run("ls", "--json", entry.path).stdout.splitlines() if '"alias_of"' in line)
+        assert fields["tensors:"] == f"{entry.expected.distinct:,}" + (
+            f" (+{aliases} alias{'es' if aliases > 1 else ''}: other places of the same tensors)" if aliases else "")
         first = first_tensors(entry.expected)
         numel = sum(t.numel() for t in first.values())
         parameters = [t for path, t in first.items() if path in entry.expected.parameters]
-        counted = f"{numel:,} (elements of every tensor)"
-        if parameters:
-            counted += f"; {sum(t.numel() for t in parameters):,} in {len(parameters):,} nn.Parameters"
-        assert fields["parameters:"] == counted
+        assert fields["elements:"] == f"{numel:,} in {len(first):,} tensor{'s' if len(first) > 1 else ''}"
+        assert fields.get("parameters:") == (f"{sum(t.numel() for t in parameters):,} in {len(parameters):,} "
+                                             f"nn.Parameter{'s' if len(parameters) > 1 else ''}" if parameters else None)
     legacy = run("info", corpus["r3_legacy"].path).stdout
-    assert "details:    protocol version: 1001\n            writer little endian: yes\n" in legacy
+    assert "details:   protocol version: 1001\n           writer little endian: yes\n" in legacy
 
 
 def test_the_readme_shows_what_info_prints() -> None:
