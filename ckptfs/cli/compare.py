@@ -85,7 +85,8 @@ class Comparison:
         self._lock = threading.Lock()
 
     def progress(self) -> str:
-        return f"comparing tensors: {self.compared:,} of {self.to_compare:,} ({self.bytes_read / (1 << 20):.1f} MiB read)"
+        read = self.bytes_read / (1 << 20)
+        return f"comparing tensors: {self.compared:,} of {self.to_compare:,} ({read:.1f} MiB read)"
 
     def run(self, pairs: list[tuple[Entry | None, Entry | None]]) -> list[Outcome]:
         outcomes = [Outcome(a, b) for a, b in pairs]

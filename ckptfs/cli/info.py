@@ -115,7 +115,8 @@ def overview(ck: Checkpoint) -> list[str]:
     ]
     unwritten = [s for s in ck.storages if not s.written]
     if unwritten:
-        fields.append(("unwritten", [f"{counted(len(unwritten), 'storage')} reserved by skip_data, bytes never written:",
+        fields.append(("unwritten", [f"{counted(len(unwritten), 'storage')} reserved by skip_data, bytes never "
+                                     "written:",
                                      *(f"{s.key}: offset {s.offset:,}, {s.nbytes:,} bytes" for s in
                                        unwritten[:UNWRITTEN_SHOWN])]
                        + ([f"... {len(unwritten) - UNWRITTEN_SHOWN:,} more: ckptfs info --json"]

@@ -8,6 +8,7 @@ import difflib
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.cli.tree_places import Place, dotted_key, tree_places
+from ckptfs.counts import counted
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind, Node
@@ -31,7 +32,7 @@ def find_tensor(ck: Checkpoint, name: str) -> tuple[Layout, Node]:
         return layout, layout.node_of(next(iter(matching.values())).node.value)
     if matching:
         files = ", ".join(place.file for place in matching.values())
-        raise CkptfsError(f"key {name!r} names {len(matching)} tensors; give one's file: {files}", ck.path)
+        raise CkptfsError(f"key {name!r} names {counted(len(matching), 'tensor')}; give one's file: {files}", ck.path)
     nested = Layout(ck, nest=True)
     node = _file(nested, name)
     if node is not None:

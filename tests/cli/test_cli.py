@@ -276,8 +276,9 @@ def test_info_overview_of_other_formats(corpus: dict[str, CorpusFile]) -> None:
         numel = sum(t.numel() for t in first.values())
         parameters = [t for path, t in first.items() if path in entry.expected.parameters]
         assert fields["elements:"] == f"{numel:,} in {len(first):,} tensor{'s' if len(first) > 1 else ''}"
-        assert fields.get("parameters:") == (f"{sum(t.numel() for t in parameters):,} in {len(parameters):,} "
-                                             f"nn.Parameter{'s' if len(parameters) > 1 else ''}" if parameters else None)
+        assert fields.get("parameters:") == (
+            f"{sum(t.numel() for t in parameters):,} in {len(parameters):,} "
+            f"nn.Parameter{'s' if len(parameters) > 1 else ''}" if parameters else None)
     legacy = run("info", corpus["r3_legacy"].path).stdout
     assert "details:   protocol version: 1001\n           writer little endian: yes\n" in legacy
 
