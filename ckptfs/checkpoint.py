@@ -14,6 +14,7 @@ from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
 from ckptfs.model.records import Chunk, Key, Storage, Tensor
+from ckptfs.model.state_dict import state_dict
 from ckptfs.model.trails import TrailCache
 from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
@@ -109,6 +110,15 @@ class Checkpoint:
         view.alias_count = 0
         view._collect_tensors(self.limits)
         return view
+
+    def as_state_dict(self) -> Checkpoint:
+        """A whole pickled ``nn.Module`` seen as its ``state_dict()`` (``model.state_dict``: torch's names, the same
+        tensor records); any other checkpoint as it is."""
+        try:
+            named = state_dict(self.root, self.limits)
+        except CkptfsError as exc:
+            raise exc.with_path(self.path) from None
+        return self if named is None else self.with_root(named)
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)

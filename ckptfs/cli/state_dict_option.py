@@ -10,8 +10,6 @@ from typing import Iterator
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.cli.cache_options import cache_dir
 from ckptfs.cli.remote_options import remote_options
-from ckptfs.errors import CkptfsError
-from ckptfs.model.state_dict import state_dict
 
 
 def add_state_dict_option(parser: argparse.ArgumentParser) -> None:
@@ -22,15 +20,7 @@ def add_state_dict_option(parser: argparse.ArgumentParser) -> None:
 
 def viewed(ck: Checkpoint, args: argparse.Namespace) -> Checkpoint:
     """``ck``, as its module's state dict with ``--state-dict`` when it is a pickled ``nn.Module``."""
-    return state_dict_view(ck) if args.state_dict else ck
-
-
-def state_dict_view(ck: Checkpoint) -> Checkpoint:
-    try:
-        named = state_dict(ck.root, ck.limits)
-    except CkptfsError as exc:
-        raise exc.with_path(ck.path) from None
-    return ck if named is None else ck.with_root(named)
+    return ck.as_state_dict() if args.state_dict else ck
 
 
 @contextlib.contextmanager

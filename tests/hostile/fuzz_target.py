@@ -1,6 +1,7 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
-``exercise`` does what ``ckptfs ls``, ``info --json`` and a mount (its layout,
+``exercise`` does what ``ckptfs ls`` (also ``--state-dict``), ``info --json``, ``diff``'s listing of places and
+a mount (its layout,
 ``find -ls``, reads) do with a file, or with a directory (a torch.distributed.checkpoint
 directory, given as file name → bytes and read from memory). ckptfs may raise only
 ``CkptfsError``; anything else escaping ``exercise`` is a crash.
@@ -16,6 +17,7 @@ import zipfile
 import zlib
 
 import ckptfs
+from ckptfs.cli.diff_match import entries
 from ckptfs.cli.info import description_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.errors import CkptfsError
@@ -60,11 +62,13 @@ def exercise(data: Input, rng: random.Random) -> None:
 
 def _describe(ck: ckptfs.Checkpoint) -> None:
     description_text(ck)
-    rows = listed(ck)
-    for _ in text_lines(rows):
-        pass
-    for _ in json_lines(rows, ck.limits.max_generated_bytes):
-        pass
+    for view in {id(ck): ck, id(viewed := ck.as_state_dict()): viewed}.values():
+        rows = listed(view)
+        for _ in text_lines(rows):
+            pass
+        for _ in json_lines(rows, view.limits.max_generated_bytes):
+            pass
+    entries(ck)
 
 
 def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:
