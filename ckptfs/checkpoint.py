@@ -62,8 +62,9 @@ class Checkpoint:
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
                 key_bytes += path_bytes.leaf(visit.trail)
-            elif isinstance(visit.value, Tensor):
+            elif isinstance(visit.value, Tensor):  # an alias: ls spells its whole key path too
                 self.alias_count += 1
+                key_bytes += path_bytes.leaf(visit.trail)
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")
@@ -90,11 +91,11 @@ class Checkpoint:
             for key, tensor in zip(keys, values):
                 size = key_size(key)
                 key_bytes += size
+                key_bytes += size + 2  # its key path, spelled for a tensor and for an alias alike
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
                     tensor.trail = (key, None)
                     tensors.append(tensor)
-                    key_bytes += size + 2
         if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
             return False
         self.tensors = tensors
