@@ -37,7 +37,7 @@ EXAMPLES = {
 examples:
   ckptfs ls model.pt                          every tensor: its file in a mount, dtype, shape, size
   ckptfs ls --json model.pt | head            the same, one JSON object a line
-  ckptfs info model.pt                        sizes, parameter count, dtypes, format
+  ckptfs info model.pt                        sizes, tensors, element count, dtypes, format
   ckptfs info --json --indent 2 model.pt      every tensor's metadata and the whole object tree
   ckptfs cat model.pt model.embed.weight | sha256sum      one tensor's bytes
   ckptfs diff before.pt after.pt              which tensors differ, and by how much
@@ -227,8 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_reading_commands(sub: Any) -> None:
     """``ls`` and ``info``."""
     ls = sub.add_parser("ls", usage="%(prog)s [options] FILE", help="one line per tensor: its file in a mount, dtype, shape, size",
-                        description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
-                                    "of FILE shows it (relative to the mount's root), dtype, shape and size.")
+                        description="One line per tensor, in the checkpoint's order: its file as a mount of FILE shows "
+                                    "it, dtype, shape and size; aliases (its other places: links) follow: b -> a.")
     ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
@@ -241,9 +241,9 @@ def _add_reading_commands(sub: Any) -> None:
     add_state_dict_option(ls)
     _add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, element count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
-                          description="An overview of FILE: total size, parameter count, dtypes, tensors and "
+                          description="An overview of FILE: total size, tensors and aliases, elements, dtypes, "
                                       "storages, format. With --json: the summary, every tensor's metadata (as its "
                                       "sidecar in a mount) and the whole object tree, as one JSON text.")
     info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")

@@ -33,10 +33,6 @@ def _attributes(value: Any) -> dict[Any, Any] | None:
     return attributes
 
 
-def is_module(value: Any) -> bool:
-    return _attributes(value) is not None
-
-
 def state_dict(root: Any, limits: Limits = Limits()) -> dict[str, Tensor] | None:
     """``root``'s ``state_dict()`` as torch would name it (copies of its tensor records, a tied tensor one copy),
     or None when ``root`` is no pickled ``nn.Module``. Values that are no tensors (an ``_extra_state``) are left
