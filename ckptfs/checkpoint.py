@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -13,6 +14,7 @@ from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
 from ckptfs.model.records import Chunk, Key, Storage, Tensor
+from ckptfs.model.state_dict import state_dict
 from ckptfs.model.trails import TrailCache
 from ckptfs.model.tree import child_at, walk
 from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
@@ -38,6 +40,10 @@ class Checkpoint:
         self.root = parsed.root
         self.storages: list[Storage] = parsed.storages
         self.tensors: list[Tensor] = []
+        """Each distinct tensor record once, at its first place."""
+        self.alias_count = 0
+        """Other places of those records in the tree (tied weights: ``{"a": t, "b": t}`` has one tensor and one
+        alias), a container met again counting as one place."""
         self._reader = StorageReader(source, parsed)
         self.writer: TensorWriter | None = None
         """Set by ``open_for_writing`` (``mode="r+"``)."""
@@ -58,6 +64,9 @@ class Checkpoint:
                 self.tensors.append(visit.value)
                 if len(self.tensors) > limits.max_tensors:
                     raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
+                key_bytes += path_bytes.leaf(visit.trail)
+            elif isinstance(visit.value, Tensor):  # an alias: ls spells its whole key path too
+                self.alias_count += 1
                 key_bytes += path_bytes.leaf(visit.trail)
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
@@ -85,15 +94,35 @@ class Checkpoint:
             for key, tensor in zip(keys, values):
                 size = key_size(key)
                 key_bytes += size
+                key_bytes += size + 2  # its key path, spelled for a tensor and for an alias alike
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
                     tensor.trail = (key, None)
                     tensors.append(tensor)
-                    key_bytes += size + 2
         if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
             return False
         self.tensors = tensors
+        self.alias_count = len(values) - len(tensors)
         return True
+
+    def with_root(self, root: Any) -> Checkpoint:
+        """The same checkpoint seen through another tree of tensor records it holds (``model.state_dict``'s), with
+        ``tensors`` and their trails as that tree has them; reads, storages and the source are shared."""
+        view = copy.copy(self)
+        view.root = root
+        view.tensors = []
+        view.alias_count = 0
+        view._collect_tensors(self.limits)
+        return view
+
+    def as_state_dict(self) -> Checkpoint:
+        """A whole pickled ``nn.Module`` seen as its ``state_dict()`` (``model.state_dict``: torch's names, the same
+        tensor records); any other checkpoint as it is."""
+        try:
+            named = state_dict(self.root, self.limits)
+        except CkptfsError as exc:
+            raise exc.with_path(self.path) from None
+        return self if named is None else self.with_root(named)
 
     def __iter__(self) -> Iterator[Tensor]:
         return iter(self.tensors)

@@ -80,7 +80,7 @@ SUMMARIES = {
     "max_tensors": "tensor records",
     "max_tree_nodes": "objects visited walking the tree (each shared object once)",
     "max_tree_depth": "nesting depth of containers",
-    "max_key_bytes": "keys that listings spell out, and each tensor's whole key path",
+    "max_key_bytes": "keys that listings spell out, and the whole key path of each tensor and alias",
     "max_generated_bytes": "a text made from the checkpoint: index.json, a sidecar, info --json",
 }
 """One line per limit, for ``ckptfs --help``."""

@@ -10,7 +10,7 @@ import ckptfs
 PACKAGE = Path(ckptfs.__file__).parent
 
 LAYERS = [
-    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.output_files"],
+    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts", "ckptfs.output_files"],
     ["ckptfs.sources"],
     ["ckptfs.pickle"],
     ["ckptfs.model"],

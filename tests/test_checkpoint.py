@@ -71,11 +71,23 @@ def test_a_flat_state_dict_is_collected_as_the_walk_collects_it(tmp_path: Path, 
                 patch.setattr(Checkpoint, "_collect_flat", lambda *args: False)
             try:
                 with ckptfs.open(path, limits) as ck:
-                    return [(t.trail, t.shape) for t in ck.tensors]
+                    return [(t.trail, t.shape) for t in ck.tensors] + [("aliases", ck.alias_count)]
             except CkptfsError as exc:
                 return f"{type(exc).__name__}: {exc}"
 
     assert collect(fast=True) == collect(fast=False)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_aliases_key_paths_count_against_max_key_bytes(tmp_path: Path, nested: bool) -> None:
+    """``ls`` spells each alias's whole key path: a file of 1,000 places of one tensor is bounded by them."""
+    shared = torch.ones(2)
+    places = {f"key{n:04d}": shared for n in range(1000)}
+    path = save_zip({"m": places} if nested else places, tmp_path / "aliases.pt")
+    with ckptfs.open(path) as ck:
+        assert (len(ck.tensors), ck.alias_count) == (1, 999)
+    with pytest.raises(CkptfsError, match=r"\(limit max_key_bytes\)"):
+        ckptfs.open(path, Limits(max_key_bytes=12_000))
 
 
 def test_open_pauses_the_garbage_collector_while_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

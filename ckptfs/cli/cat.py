@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, Iterator
 
-from ckptfs.checkpoint import open_checkpoint
+from ckptfs.cli.cache_options import add_cache_options
 from ckptfs.cli.output import write_binary
+from ckptfs.cli.remote_options import add_remote_options
+from ckptfs.cli.state_dict_option import add_state_dict_option, opened
 from ckptfs.cli.tensor_keys import find_tensor
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.layout import Layout
@@ -23,20 +25,22 @@ def add_cat_parser(sub: Any) -> argparse.ArgumentParser:
     cat = sub.add_parser(
         "cat", help="write one tensor's bytes (or an .npy) to stdout or a file, without mounting",
         description="Write the logical bytes of the tensor KEY names (C order, little-endian: the bytes of its file "
-                    "in a mount) to stdout, or to OUT. KEY is the tensor's file as `ckptfs ls` prints it, or its "
-                    "dotted state-dict key (model.embed.weight).")
+                    "in a mount) to stdout, or to OUT. KEY is any path `ckptfs ls` or `ckptfs ls --nest` prints "
+                    "(an alias's too), or the tensor's dotted state-dict key (model.embed.weight).")
     cat.add_argument("source", metavar="SRC", help="a checkpoint")
-    cat.add_argument("key", metavar="KEY", help="a tensor's file (as ckptfs ls prints it) or dotted key")
+    cat.add_argument("key", metavar="KEY", help="a tensor's file (as ckptfs ls or ls --nest prints it) or dotted key")
     cat.add_argument("-o", "--output", metavar="OUT", help="write to this file instead of stdout")
     cat.add_argument("--npy", action="store_true", help="write the tensor's .npy file (as a mount shows beside it)")
+    add_state_dict_option(cat)
+    add_remote_options(cat)
+    add_cache_options(cat)
     cat.set_defaults(run=cmd_cat)
     return cat
 
 
 def cmd_cat(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.source, args.limits) as ck:
-        layout = Layout(ck)
-        node = find_tensor(layout, args.key)
+    with gc_paused(), opened(args, args.source) as ck:
+        layout, node = find_tensor(ck, args.key)
         if args.npy:
             node = _npy_view(layout, node)
         write_binary(_chunks(layout, node), args.output)

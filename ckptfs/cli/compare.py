@@ -1,8 +1,6 @@
-"""What ``ckptfs diff`` finds: two checkpoints' tensors matched by dotted key, compared a chunk at a time.
+"""What ``ckptfs diff`` finds: two checkpoints' tensors, paired by ``diff_match``, compared a chunk at a time.
 
-Tensors are matched by their dotted state-dict key (``model.embed.weight``),
-at every place they are reachable, so a ``.pt`` nesting ``{"model": {...}}``
-matches a format that flattens its keys. A pair whose dtype, shape or kind
+A pair whose dtype, shape or kind
 differs is reported without reading anything. Otherwise both tensors'
 logical bytes are read in chunks of at most ``CHUNK_ELEMENTS`` elements on a
 thread pool (at most ``2 * threads`` chunks in flight: memory stays bounded)
@@ -24,9 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from ckptfs.checkpoint import Checkpoint
+from ckptfs.cli.diff_match import Entry
 from ckptfs.errors import CkptfsError
-from ckptfs.model.records import Tensor, path_of
-from ckptfs.model.tree import walk
+from ckptfs.model.records import Tensor
 from ckptfs.sources import ByteSource
 
 if TYPE_CHECKING:
@@ -36,22 +34,12 @@ CHUNK_ELEMENTS = 1 << 20
 """Elements compared at a time: two float64 copies of a chunk are 16 MiB."""
 
 
-def dotted_places(ck: Checkpoint) -> dict[str, Tensor]:
-    """Every tensor by dotted key, at every place it is reachable; a key spelled twice keeps its first tensor."""
-    found: dict[str, Tensor] = {}
-    for visit in walk(ck.root, ck.limits):
-        if isinstance(visit.value, Tensor):
-            found.setdefault(".".join(str(key) for key in path_of(visit.trail)), visit.value)
-    return found
-
-
 @dataclass(slots=True)
 class Outcome:
-    """One key's result: ``status`` is only_in_a, only_in_b, changed, equal, differ or error."""
+    """One pair's result: ``status`` is only_in_a, only_in_b, changed, equal, differ or error."""
 
-    key: str
-    a: Tensor | None
-    b: Tensor | None
+    place_a: Entry | None
+    place_b: Entry | None
     status: str = "equal"
     differing: int = 0
     """Elements whose bytes differ (in the chunks read: all of them unless ``partial``)."""
@@ -60,6 +48,21 @@ class Outcome:
     partial: bool = False
     """``quick`` stopped reading at the first chunk that differs."""
     error: str | None = None
+
+    @property
+    def a(self) -> Tensor | None:
+        return None if self.place_a is None else self.place_a.tensor
+
+    @property
+    def b(self) -> Tensor | None:
+        return None if self.place_b is None else self.place_b.tensor
+
+    @property
+    def place(self) -> Entry:
+        """A's place, else B's."""
+        place = self.place_a or self.place_b
+        assert place is not None
+        return place
 
 
 @dataclass(slots=True)
@@ -70,17 +73,23 @@ class ChunkResult:
 
 
 class Comparison:
-    """Compares two opened checkpoints; ``outcomes`` in A's key order, then B's keys that A lacks."""
+    """Compares the tensors of two opened checkpoints, pairs of their places (``diff_match.paired``)."""
 
     def __init__(self, a: Checkpoint, b: Checkpoint, quick: bool = False, threads: int = 4) -> None:
         self.a, self.b, self.quick, self.threads = a, b, quick, max(1, threads)
         self.bytes_read = 0
+        self.compared = 0
+        """Tensors whose bytes are compared so far (of ``to_compare``): the progress line shows them."""
+        self.to_compare = 0
+        self._last: Outcome | None = None
         self._lock = threading.Lock()
 
-    def run(self) -> list[Outcome]:
-        left, right = dotted_places(self.a), dotted_places(self.b)
-        outcomes = [Outcome(key, tensor, right.get(key)) for key, tensor in left.items()]
-        outcomes += [Outcome(key, None, tensor) for key, tensor in right.items() if key not in left]
+    def progress(self) -> str:
+        read = self.bytes_read / (1 << 20)
+        return f"comparing tensors: {self.compared:,} of {self.to_compare:,} ({read:.1f} MiB read)"
+
+    def run(self, pairs: list[tuple[Entry | None, Entry | None]]) -> list[Outcome]:
+        outcomes = [Outcome(a, b) for a, b in pairs]
         first: dict[tuple[int, int], Outcome] = {}
         shared: list[tuple[Outcome, Outcome]] = []
         for outcome in outcomes:
@@ -119,6 +128,7 @@ class Comparison:
     def _compare_all(self, outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
             outcome.status = "equal"
+        self.to_compare = len(outcomes)
         window: collections.deque[tuple[Outcome, Future[ChunkResult]]] = collections.deque()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="ckptfs-diff") as pool:
             for outcome, offset, length in self._chunks(outcomes):
@@ -151,6 +161,9 @@ class Comparison:
         return chunk_difference(outcome.a, left, right)
 
     def _collect(self, outcome: Outcome, future: Future[ChunkResult | None]) -> None:
+        if outcome is not self._last:
+            self.compared += 1
+            self._last = outcome
         try:
             result = future.result()
         except CkptfsError as exc:

@@ -17,7 +17,7 @@ EXAMPLES = {
 examples:
   ckptfs ls model.pt                          # every tensor: its file in a mount, dtype, shape, size
   ckptfs ls --json model.pt | head -3         # the same, one JSON object a line
-  ckptfs info model.pt                        # sizes, parameter count, dtypes, format
+  ckptfs info model.pt                        # sizes, tensors, element count, dtypes, format
   ckptfs info --json --indent 2 model.pt      # every tensor's metadata and the whole object tree
   ckptfs cat model.pt model.embed.weight | sha256sum      # one tensor's bytes
   ckptfs diff before.pt after.pt              # which tensors differ, and by how much
@@ -40,7 +40,8 @@ examples:
     "cat": """\
 examples:
   ckptfs cat model.pt model.embed.weight | od -A d -t f4 | head -3
-  ckptfs cat model.pt model/layers.0.weight -o w.bin
+  ckptfs cat model.pt model/layers.0.weight -o w.bin     # a file as ckptfs ls prints it
+  ckptfs cat model.pt model/layers/0.weight -o w.bin     # as ckptfs ls --nest prints it
   ckptfs cat --npy model.pt model.embed.weight -o embed.npy   # then np.load("embed.npy")""",
     "diff": """\
 examples:

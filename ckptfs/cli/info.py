@@ -15,6 +15,7 @@ from typing import Any
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.cli.printable import printable
+from ckptfs.counts import counted, plural
 from ckptfs.errors import CkptfsError, LimitExceededError
 from ckptfs.fs.describe import TextBudget, encode_tree, json_text, storage_metadata
 from ckptfs.fs.pathtext import PathTexts
@@ -45,6 +46,9 @@ def summary(ck: Checkpoint) -> dict[str, Any]:
         "byteorder": ck.byteorder,
         "details": ck.details,
         "tensor_count": len(ck.tensors),
+        "alias_count": ck.alias_count,
+        "element_count": sum(t.numel for t in ck.tensors),
+        "parameter_count": sum(t.numel for t in ck.tensors if t.is_parameter),
         "total_nbytes": sum(t.nbytes for t in ck.tensors),
     }
 
@@ -91,21 +95,20 @@ def overview(ck: Checkpoint) -> list[str]:
     tensors = ck.tensors
     total = sum(t.nbytes for t in tensors)
     stored = sum(s.nbytes for s in ck.storages if s.base is None)
-    elements = sum(t.numel for t in tensors)
     parameters = [t for t in tensors if t.is_parameter]
-    counted = f"{elements:,} (elements of every tensor)"
     chunk_lines = _chunk_lines(tensors)
-    if parameters:
-        counted += f"; {sum(t.numel for t in parameters):,} in {len(parameters):,} nn.Parameters"
+    aliases = f" (+{counted(ck.alias_count, 'alias')}: other places of the same tensors)" if ck.alias_count else ""
     fields: list[tuple[str, list[str]]] = [
         ("file", [ck.path]),
         ("format", [FORMAT_NAMES.get(ck.format, ck.format)]),
         ("size", [f"{human_size(total)} of tensor data ({total:,} bytes)"]),
-        ("tensors", [f"{len(tensors):,}"]),
+        ("tensors", [f"{len(tensors):,}{aliases}"]),
         ("storages", [f"{len(ck.storages):,} ({human_size(stored)} stored)" if ck.storages or not chunk_lines
                       else "0: the tensors' data is in chunks"]),
         *chunk_lines,
-        ("parameters", [counted]),
+        ("elements", [f"{sum(t.numel for t in tensors):,} in {counted(len(tensors), 'tensor')}"]),
+        *([("parameters", [f"{sum(t.numel for t in parameters):,} in {counted(len(parameters), 'nn.Parameter')}"])]
+          if parameters else []),
         ("dtypes", _dtype_lines(tensors) or ["none"]),
         ("byteorder", [ck.byteorder]),
         ("details", [f"{key.replace('_', ' ')}: {_detail(value)}" for key, value in ck.details.items()
@@ -113,7 +116,8 @@ def overview(ck: Checkpoint) -> list[str]:
     ]
     unwritten = [s for s in ck.storages if not s.written]
     if unwritten:
-        fields.append(("unwritten", [f"{len(unwritten):,} storages reserved by skip_data, bytes never written:",
+        fields.append(("unwritten", [f"{counted(len(unwritten), 'storage')} reserved by skip_data, bytes never "
+                                     "written:",
                                      *(f"{s.key}: offset {s.offset:,}, {s.nbytes:,} bytes" for s in
                                        unwritten[:UNWRITTEN_SHOWN])]
                        + ([f"... {len(unwritten) - UNWRITTEN_SHOWN:,} more: ckptfs info --json"]
@@ -140,7 +144,7 @@ def _chunk_lines(tensors: list[Tensor]) -> list[tuple[str, list[str]]]:
     files = len({chunk.file for chunk in chunks})
     stored = sum(chunk.length for chunk in chunks)
     line = (f"{len(chunks):,} of {sum(t.chunks is not None for t in tensors):,} tensors, torch.save blobs in "
-            f"{files:,} file{'s' if files != 1 else ''} ({human_size(stored)} stored)")
+            f"{counted(files, 'file')} ({human_size(stored)} stored)")
     encoded = [chunk for chunk in chunks if chunk.transforms]
     if encoded:
         line += f"; {len(encoded):,} compressed ({', '.join(sorted({t for c in encoded for t in c.transforms}))})"
@@ -159,7 +163,7 @@ def _dtype_lines(tensors: list[Tensor]) -> list[str]:
     rows = sorted(counts.items(), key=lambda item: (-item[1][1], -item[1][0], item[0]))
     name_width = max((len(name) for name, _ in rows), default=0)
     count_width = max((len(f"{count:,}") for _, (count, _) in rows), default=0)
-    return [f"{name:<{name_width}}  {count:>{count_width},} tensor{'s' if count != 1 else ' '}  {human_size(nbytes)}"
+    return [f"{name:<{name_width}}  {count:>{count_width},} {plural(count, 'tensor'):<7}  {human_size(nbytes)}"
             for name, (count, nbytes) in rows]
 
 

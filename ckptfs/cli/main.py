@@ -9,8 +9,7 @@ import re
 import sys
 from typing import IO, Any, Callable, NoReturn, Sequence
 
-from ckptfs.checkpoint import open_checkpoint
-from ckptfs.cli.cache_options import add_cache_options, cache_dir
+from ckptfs.cli.cache_options import add_cache_options
 from ckptfs.cli.cat import add_cat_parser
 from ckptfs.cli.convert import add_convert_command
 from ckptfs.cli.diff import add_diff_parser
@@ -25,7 +24,8 @@ from ckptfs.cli.mount_commands import add_mount_commands
 from ckptfs.cli.output import discard_output, write_text
 from ckptfs.cli.printable import printable
 from ckptfs.cli.progress import ProgressLine
-from ckptfs.cli.remote_options import add_remote_options, remote_options
+from ckptfs.cli.remote_options import add_remote_options
+from ckptfs.cli.state_dict_option import add_state_dict_option, opened
 from ckptfs.errors import CkptfsError
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits, format_quantity
@@ -35,7 +35,7 @@ PARSING_COMMANDS = ("ls", "info", "cat", "diff", "mount", "convert", "fill")
 _LIMIT_NAMED = re.compile(r"\(limit (max_\w+)(?:=\d+)?\)")
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
+    with gc_paused(), opened(args, args.file) as ck:
         rows = listed(ck, nest=args.nest)
         lines = json_lines(rows, ck.limits.max_generated_bytes) if args.json else text_lines(rows)
         write_text(lines)
@@ -43,7 +43,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    with gc_paused(), open_checkpoint(args.file, args.limits, remote_options(args), cache_dir(args)) as ck:
+    with gc_paused(), opened(args, args.file) as ck:
         if not args.json:
             write_text(line + "\n" for line in overview(ck))
             return 0
@@ -113,8 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_reading_commands(sub: Any) -> None:
     """``ls`` and ``info``."""
     ls = sub.add_parser("ls", usage="%(prog)s [options] FILE", help="one line per tensor: its file in a mount, dtype, shape, size",
-                        description="One line per tensor, in the checkpoint's order: the tensor's file as a mount "
-                                    "of FILE shows it (relative to the mount's root), dtype, shape and size.")
+                        description="One line per tensor, in the checkpoint's order: its file as a mount of FILE shows "
+                                    "it, dtype, shape and size; aliases (its other places: links) follow: b -> a.")
     ls.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
     ls.add_argument("--json", action="store_true",
                     help="one JSON object a line instead: file, path (the keys: strings and numbers), dtype, shape, "
@@ -124,11 +124,12 @@ def _add_reading_commands(sub: Any) -> None:
     add_limit_option(ls, "command_limit")
     add_remote_options(ls)
     add_cache_options(ls)
+    add_state_dict_option(ls)
     add_debug_option(ls)
     ls.set_defaults(run=cmd_ls)
-    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, parameter count, dtypes and format; --json for every tensor and the "
+    info = sub.add_parser("info", usage="%(prog)s [options] FILE", help="sizes, element count, dtypes and format; --json for every tensor and the "
                                        "whole tree",
-                          description="An overview of FILE: total size, parameter count, dtypes, tensors and "
+                          description="An overview of FILE: total size, tensors and aliases, elements, dtypes, "
                                       "storages, format. With --json: the summary, every tensor's metadata (as its "
                                       "sidecar in a mount) and the whole object tree, as one JSON text.")
     info.add_argument("file", metavar="FILE", help="a PyTorch checkpoint (recognised by its content, not its name): a path or a URL")
@@ -138,6 +139,7 @@ def _add_reading_commands(sub: Any) -> None:
     add_limit_option(info, "command_limit")
     add_remote_options(info)
     add_cache_options(info)
+    add_state_dict_option(info)
     add_debug_option(info)
     info.set_defaults(run=cmd_info, command_parser=info)
     for command in (add_cat_parser(sub), add_diff_parser(sub), add_fill_parser(sub)):

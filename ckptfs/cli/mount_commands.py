@@ -93,6 +93,7 @@ def add_mount_commands(sub: Any) -> None:
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
                           "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
+                          "state_dict (a pickled nn.Module as its state_dict(), as ls --state-dict), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "

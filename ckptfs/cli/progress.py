@@ -6,7 +6,7 @@ position while it runs, else the phase under way. The parser neither reports
 nor checks anything, so its loop costs the same with and without a terminal;
 the thread is only started when stderr is one. Nothing is shown for the first
 ``DELAY`` seconds; after them, the first look that finds the main thread in
-no known phase (writing the output, a mount serving) clears the line and
+no known phase (a mount serving) or writing the output clears the line and
 ends the thread, as does the end of the command.
 Writes are ``os.write`` calls: no Python buffer's lock is ever held by the
 thread, so a fork (the mount's daemon) never inherits one taken.
@@ -21,6 +21,8 @@ import threading
 import time
 from types import CodeType, FrameType, TracebackType
 from typing import Callable
+
+from ckptfs.counts import counted
 
 INTERVAL = 0.2
 DELAY = 0.5
@@ -41,16 +43,20 @@ def _pickle(frame: FrameType) -> str:
 
 
 def _tensors(frame: FrameType) -> str:
-    return f"walking the object tree: {len(frame.f_locals['self'].tensors):,} tensors"
+    return f"walking the object tree: {counted(len(frame.f_locals['self'].tensors), 'tensor')}"
 
 
 def _phases() -> dict[CodeType, Describe]:
     """What each known function is doing, innermost first when they nest."""
     from ckptfs.cache import MetadataCache
     from ckptfs.checkpoint import Checkpoint, open_checkpoint
+    from ckptfs.cli.compare import Comparison
     from ckptfs.cli.convert import archive_status, cmd_convert, copy_status, write_npz, write_pieces
+    from ckptfs.cli.diff import cmd_diff
+    from ckptfs.cli.diff_match import entries, paired
     from ckptfs.cli.info import description_text, indented
     from ckptfs.cli.listing import tensor_files
+    from ckptfs.cli.output import write_text
     from ckptfs.fs.layout import Layout
     from ckptfs.pickle.unpickler import SafeUnpickler
     from ckptfs.saving.torch_pickle import TorchPickler
@@ -74,6 +80,12 @@ def _phases() -> dict[CodeType, Describe]:
         TorchPickler.dump.__code__: says("writing the pickle"),
         TorchArchive.write.__code__: lambda frame: archive_status(frame.f_locals["self"]),
         cmd_convert.__code__: says("converting"),
+        entries.__code__: says("listing the places to compare"),
+        paired.__code__: says("pairing the places"),
+        Comparison._compare_all.__code__: lambda frame: frame.f_locals["self"].progress(),
+        Comparison.run.__code__: says("sorting out what to compare"),
+        cmd_diff.__code__: says("comparing"),
+        write_text.__code__: says(""),  # the output may go to the same terminal: the line is cleared for good
     }
 
 
@@ -118,7 +130,8 @@ class ProgressLine:
         while frame is not None:
             describe = phases.get(frame.f_code)
             if describe is not None:
-                return "ckptfs: " + describe(frame)
+                text = describe(frame)
+                return "ckptfs: " + text if text else ""
             frame = frame.f_back
         return ""
 

@@ -101,7 +101,7 @@ def _head(layout: Tree) -> bytearray:
     """The index's opening: what the checkpoint is, then the opening of its tensor list."""
     ck = layout.checkpoint
     head = {"ckptfs_index": INDEX_VERSION, "source": ck.path, "format": ck.format, "byteorder": ck.byteorder,
-            "tensor_count": len(ck.tensors), "safetensors": layout.safetensors_paths(),
+            "tensor_count": len(ck.tensors), "alias_count": ck.alias_count, "safetensors": layout.safetensors_paths(),
             "zarr": ZARR_DIR if "zarr" in layout.view_names else None}
     return bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
 

@@ -96,7 +96,8 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
                                      cache_dir, mode="r+" if options.rw else "r")
         try:
-            layout = Layout(checkpoint, views=options.views, nest=options.nest)
+            shown = checkpoint.as_state_dict() if options.state_dict else checkpoint
+            layout = Layout(shown, views=options.views, nest=options.nest)
             check_fuse()
         except BaseException:
             checkpoint.close()

@@ -44,6 +44,8 @@ class MountOptions:
     """Mount flags passed on to libfuse (``noexec``, ``noatime`` …)."""
     nest: bool = False
     """Dicts' dotted keys shown as directories (``fs.nest``)."""
+    state_dict: bool = False
+    """A whole pickled ``nn.Module`` shown as its ``state_dict()`` (``-o state_dict``)."""
     views: frozenset[str] = frozenset(VIEW_NAMES)
     """The views shown (``fs.views.VIEW_NAMES``): ``-o views=json,npy``, ``-o noviews``."""
     cache_dir: str | None = None
@@ -88,8 +90,8 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 views, listing_views = list(filter(None, value.split(":"))), True
             elif option == "noviews":
                 views = []
-            elif option == "nest":
-                changes["nest"] = True
+            elif option in ("nest", "state_dict"):
+                changes[option] = True
             elif option == "nocache":
                 changes["no_cache"] = True
             elif not has_value and name in FUSE_FLAGS:

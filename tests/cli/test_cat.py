@@ -39,7 +39,7 @@ def test_a_tensor_of_each_dtype_by_its_ls_file_is_torchs_bytes(corpus: dict[str,
     entry = corpus[name]
     with ckptfs.open(entry.path) as ck:
         rows = {(tensor.dtype, tensor.is_contiguous): (file, tensor.path)
-                for file, tensor in reversed(listed(ck)) if tensor.has_data}
+                for file, tensor, *_ in reversed(listed(ck)) if tensor.has_data}
     for file, path in rows.values():
         result = cat(entry.path, file)
         assert (result.returncode, result.stderr) == (0, b""), file
@@ -112,3 +112,31 @@ def test_a_full_disk_and_a_closed_pipe(tmp_path: Path) -> None:
     process.stdout.close()
     assert process.wait(timeout=60) == 0
     assert process.stderr.read() == b""
+
+
+def test_the_help_examples_work_on_the_example_checkpoint(tmp_path: Path) -> None:
+    """Each ``ckptfs cat --help`` example, run on examples/tiny_model.pt, writes the bytes torch has for its key."""
+    repo = Path(ckptfs.__file__).resolve().parents[1]
+    model = repo / "examples" / "tiny_model.pt"
+    state = torch.load(model, weights_only=True)["model"]
+    help_text = subprocess.run([*CLI, "cat", "--help"], capture_output=True, text=True, timeout=60).stdout
+    examples = [line.split("#")[0].split("|")[0].split() for line in help_text.splitlines()
+                if line.startswith("  ckptfs cat ")]
+    assert len(examples) == 4
+    for argv in examples:
+        argv = [str(model) if arg == "model.pt" else arg for arg in argv[2:]]
+        out = tmp_path / "out.bin"
+        if "-o" in argv:
+            argv[argv.index("-o") + 1] = str(out)
+        else:
+            argv += ["-o", str(out)]
+        result = subprocess.run([*CLI, "cat", *argv], capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stderr) == (0, ""), argv
+        key = next(arg for arg in argv if arg.startswith("model")).removeprefix("model").strip("./")
+        key = key.replace("/", ".") if key.count("/") else key
+        expected = state[key].numpy()
+        if "--npy" in argv:
+            np.testing.assert_array_equal(np.load(out), expected)
+        else:
+            assert out.read_bytes() == expected.tobytes(), argv
+        out.unlink()

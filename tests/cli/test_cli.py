@@ -49,12 +49,24 @@ def decode_key(key: Any) -> Any:
 
 @pytest.mark.parametrize("name", ["r1_views_containers", "r3_legacy", "r5_scripted", "r2_every_dtype_legacy"])
 def test_ls_lists_every_tensor(corpus: dict[str, CorpusFile], name: str) -> None:
-    """Text and --json list the same tensors, in pickle order, with torch's keys, dtypes, shapes and sizes."""
+    """Text and --json list the same tensors, in pickle order, with torch's keys, dtypes, shapes and sizes; each
+    other place of a tensor as an alias of it (``b -> a``, ``alias_of``) right after it."""
     text, as_json = run("ls", corpus[name].path), run("ls", "--json", corpus[name].path)
     assert (text.returncode, text.stderr, as_json.returncode, as_json.stderr) == (0, "", 0, "")
     expected = first_tensors(corpus[name].expected)
-    records = [json.loads(line) for line in as_json.stdout.splitlines()]
-    rows = [re.split(r"\s{2,}", line) for line in text.stdout.splitlines()]
+    every = [json.loads(line) for line in as_json.stdout.splitlines()]
+    records = [record for record in every if "alias_of" not in record]
+    every_row = [re.split(r"\s{2,}", line) for line in text.stdout.splitlines()]
+    rows = [row for row in every_row if " -> " not in row[0]]
+    assert [row[0] for row in every_row] == [r["file"] + (f" -> {r['alias_of']}" if "alias_of" in r else "")
+                                             for r in every]
+    by_file = {record["file"]: record for record in records}
+    for alias in every:
+        if "alias_of" in alias:
+            target = by_file[alias["alias_of"]]
+            assert alias["path"] != target["path"] and alias["dtype"] == target["dtype"], alias
+            paths = [tuple(decode_key(k) for k in record["path"]) for record in (alias, target)]
+            assert corpus[name].expected.tensors[paths[0]] is corpus[name].expected.tensors[paths[1]], alias
     assert len(rows) == len(records) == len(expected)
     paths = [tuple(decode_key(k) for k in record["path"]) for record in records]
     assert len(set(paths)) == len(paths)
@@ -244,7 +256,8 @@ def test_info_overview(tmp_path: Path) -> None:
         "size:       130 B of tensor data (130 bytes)",
         "tensors:    4",
         "storages:   4 (130 B stored)",
-        "parameters: 28 (elements of every tensor); 12 in 1 nn.Parameters",
+        "elements:   28 in 4 tensors",
+        "parameters: 12 in 1 nn.Parameter",
         "dtypes:     float32   2 tensors  64 B",
         "            int64     1 tensor   56 B",
         "            bfloat16  1 tensor   10 B",
@@ -265,13 +278,15 @@ def test_info_overview_of_other_formats(corpus: dict[str, CorpusFile]) -> None:
         assert (result.returncode, result.stderr) == (0, "")
         fields = dict(line.split(None, 1) for line in result.stdout.splitlines() if not line.startswith(" "))
         assert fields["format:"] == words
-        assert fields["tensors:"] == f"{entry.expected.distinct:,}"
+        aliases = sum(1 for line in run("ls", "--json", entry.path).stdout.splitlines() if '"alias_of"' in line)
+        assert fields["tensors:"] == f"{entry.expected.distinct:,}" + (
+            f" (+{aliases} alias{'es' if aliases > 1 else ''}: other places of the same tensors)" if aliases else "")
         first = first_tensors(entry.expected)
         numel = sum(t.numel() for t in first.values())
         parameters = [t for path, t in first.items() if path in entry.expected.parameters]
-        counted = f"{numel:,} (elements of every tensor)"
-        if parameters:
-            counted += f"; {sum(t.numel() for t in parameters):,} in {len(parameters):,} nn.Parameters"
-        assert fields["parameters:"] == counted
+        assert fields["elements:"] == f"{numel:,} in {len(first):,} tensor{'s' if len(first) > 1 else ''}"
+        assert fields.get("parameters:") == (
+            f"{sum(t.numel() for t in parameters):,} in {len(parameters):,} "
+            f"nn.Parameter{'s' if len(parameters) > 1 else ''}" if parameters else None)
     legacy = run("info", corpus["r3_legacy"].path).stdout
-    assert "details:    protocol version: 1001\n            writer little endian: yes\n" in legacy
+    assert "details:   protocol version: 1001\n           writer little endian: yes\n" in legacy

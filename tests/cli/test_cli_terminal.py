@@ -24,11 +24,11 @@ BIG_TENSORS = 100_000
 PROGRESS = re.compile(rb"\rckptfs: reading the pickle: (\d+)% \((\d+\.\d) MiB of (\d+\.\d) MiB\) *")
 
 
-def state_dict_checkpoint(path: Path, count: int) -> Path:
-    """``count`` tensors ``layers.N.weight``, each a view of one 4-float storage."""
+def state_dict_checkpoint(path: Path, count: int, data: bytes = bytes(16)) -> Path:
+    """``count`` tensors ``layers.N.weight``, each a view of one 4-float storage holding ``data``."""
     tensor = tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(4), ints(1))
     body = EMPTY_DICT + MARK + b"".join(s(f"layers.{n}.weight") + tensor for n in range(count)) + SETITEMS
-    path.write_bytes(zip_checkpoint(pickle(body), {"0": bytes(16)}))
+    path.write_bytes(zip_checkpoint(pickle(body), {"0": data}))
     return path
 
 
@@ -124,6 +124,20 @@ def test_progress_on_a_terminal(big: Path) -> None:
     percents = [int(percent) for percent, _, _ in shown]
     assert percents == sorted(percents) and all(0 <= p <= 100 for p in percents)
     assert b"\n" not in output and output.endswith(b"\r")
+    assert screen(output) == [""]
+
+
+def test_diff_progress_on_a_terminal(big: Path, tmp_path: Path) -> None:
+    """Comparing 100,000 tensors that all differ shows how many are compared, counting up to all of them."""
+    other = state_dict_checkpoint(tmp_path / "other.pt", BIG_TENSORS, bytes(range(16)))
+    terminal = Terminal()
+    process = terminal.start("diff", big, other)
+    output = terminal.read_to_end()
+    assert process.wait(timeout=300) == 1
+    shown = re.findall(rb"\rckptfs: comparing tensors: ([\d,]+) of ([\d,]+) \(\d+\.\d MiB read\)", output)
+    assert shown, output[:300]
+    compared = [int(done.replace(b",", b"")) for done, _ in shown]
+    assert compared == sorted(compared) and {total for _, total in shown} == {b"100,000"}
     assert screen(output) == [""]
 
 

@@ -77,8 +77,11 @@ def test_known_changes_are_reported_exactly(pair: tuple[Path, Path, dict[str, to
     assert (lines["steps"]["a"]["dtype"], lines["steps"]["b"]["dtype"]) == ("int64", "int32")
     assert lines["gone"]["status"] == "only_in_a" and lines["new"]["status"] == "only_in_b"
     assert lines["embed.weight"]["status"] == lines["lm_head.weight"]["status"] == "equal"
+    assert (lines["lm_head.weight"]["a"]["alias_of"], lines["lm_head.weight"]["b"]["alias_of"]) == ("embed.weight", None)
     assert summary | {"seconds": 0} == {"tensors": 10, "equal": 2, "differ": 5, "changed": 1, "only_in_a": 1,
-                                        "only_in_b": 1, "error": 0, "bytes_read": summary["bytes_read"], "seconds": 0}
+                                        "only_in_b": 1, "error": 0, "aliases": 1, "bytes_read": summary["bytes_read"],
+                                        "values": {"total": 0, "equal": 0, "differ": 0, "only_in_a": 0,
+                                                   "only_in_b": 0}, "seconds": 0}
 
 
 def test_text_output_and_summary(pair: tuple[Path, Path, dict[str, torch.Tensor], dict[str, torch.Tensor]]) -> None:
@@ -86,14 +89,16 @@ def test_text_output_and_summary(pair: tuple[Path, Path, dict[str, torch.Tensor]
     result = diff(path_a, path_b)
     assert result.returncode == 1 and result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[:2] == ["differs    proj  1 of 30 elements, max abs 0.25, max rel " + lines[0].rsplit(" ", 1)[1],
-                         "differs    bias  1 of 5 elements, max abs 3, max rel inf"]
+    assert lines[:2] == ["differs    proj   1 of 30 elements, max abs 0.25, max rel " + lines[0].rsplit(" ", 1)[1],
+                         "differs    bias   1 of 5 elements, max abs 3, max rel inf"]
     assert "changed    steps  int64 4 -> int32 4" in lines
-    assert "only in A  gone  float32 3" in lines and "only in B  new  float32 1" in lines
+    assert "only in A  gone   float32 3" in lines and "only in B  new    float32 1" in lines
     assert not any(line.startswith("equal") for line in lines)
-    assert lines[-1].startswith("10 tensors: 2 equal, 5 differ, 1 changed dtype or shape, 1 only in A, 1 only in B (")
+    assert lines[-1].startswith("10 tensor paths (1 alias): 2 equal, 5 differ, 1 changed dtype or shape, 1 only in A, "
+                                "1 only in B; 0 other values: 0 equal, 0 differ, 0 only in A, 0 only in B (")
     with_equal = diff("-s", path_a, path_b).stdout.splitlines()
-    assert "equal      embed.weight" in with_equal and "equal      lm_head.weight" in with_equal
+    assert "equal      embed.weight" in with_equal
+    assert "equal      lm_head.weight  (alias of embed.weight in A)" in with_equal
 
 
 def test_the_same_tensors_in_other_formats_and_nestings_are_equal(tmp_path: Path) -> None:
@@ -101,11 +106,13 @@ def test_the_same_tensors_in_other_formats_and_nestings_are_equal(tmp_path: Path
     tied = torch.randn(5, 4, generator=gen)
     state = {"embed.weight": tied, "lm_head.weight": tied, "norm": torch.randn(4, generator=gen).half()[::2]}
     torch.save({"model": state, "step": 9}, tmp_path / "nested.pt")
-    flat = {f"model.{key}": value.clone() for key, value in state.items()}
+    flat: dict[str, Any] = {f"model.{key}": value.clone() for key, value in state.items()}
+    flat["step"] = 9
     save_legacy(flat, tmp_path / "flat_legacy.pt")
     result = diff(tmp_path / "nested.pt", tmp_path / "flat_legacy.pt")
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout.startswith("3 tensors: 3 equal, 0 differ")
+    assert result.stdout.startswith("3 tensor paths (1 alias): 3 equal, 0 differ")
+    assert "1 other value: 1 equal" in result.stdout
 
 
 def test_quick_stops_at_the_first_differing_chunk(tmp_path: Path) -> None:
@@ -122,7 +129,7 @@ def test_quick_stops_at_the_first_differing_chunk(tmp_path: Path) -> None:
     assert (status, lines["w"]["differing"], lines["w"]["max_abs"], lines["w"]["partial"]) == (1, 1, 1.0, True)
     assert summary["bytes_read"] <= 2 * 2 * CHUNK_ELEMENTS * 4
     text = diff("--quick", "--threads", "1", tmp_path / "a.pt", tmp_path / "b.pt").stdout.splitlines()[0]
-    assert text == ("differs    w  at least 1 of 3145728 elements, max abs at least 1, max rel at least inf "
+    assert text == ("differs    w  at least 1 of 3,145,728 elements, max abs at least 1, max rel at least inf "
                     "(--quick: read up to the first difference)")
 
 

@@ -22,7 +22,8 @@ def test_ls_and_info(tmp_path: Path) -> None:
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
     assert lines[0].split() == ["model/weights/pa", "float32", "4", "16", "B"]
-    assert "model/weights/tied.weight" not in listing.stdout, "a tied weight is listed once, at its first FQN"
+    tied = [line.split("  ")[0] for line in lines if line.startswith("model/weights/tied.weight")]
+    assert tied == ["model/weights/tied.weight -> model/weights/lin.weight"], "a tied weight is an alias"
     assert lines[-1].split()[:2] == ["model/constants/scratch", "float32"]
     rows = [json.loads(line) for line in run("ls", path, "--json").stdout.splitlines()]
     assert {"file": "model/weights/lin2.weight", "path": ["model", "weights", "lin2.weight"], "dtype": "float32",

@@ -1,9 +1,9 @@
 """The fuzz target and mutator: what one input goes through, and how inputs are made.
 
-``exercise`` does what ``ckptfs ls``, ``info --json``, a mount (its layout,
-``find -ls``, reads) and ``convert`` to ``.pt`` (its pickle, checked well formed)
-do with a file (and for a tenth of the files, what ``mode="r+"`` writes:
-``fuzz_write``), or with a directory (a torch.distributed.checkpoint
+``exercise`` does what ``ckptfs ls`` (also ``--state-dict``), ``info --json``, ``diff``'s listing of places,
+a mount (its layout, ``find -ls``, reads) and ``convert`` to ``.pt`` (its pickle, checked well formed) do with
+a file (and for a tenth of the files, what ``mode="r+"`` writes: ``fuzz_write``), or with a directory (a
+torch.distributed.checkpoint
 directory, given as file name → bytes and read from memory). ckptfs may raise only
 ``CkptfsError``; anything else escaping ``exercise`` is a crash.
 """
@@ -18,6 +18,7 @@ import zipfile
 import zlib
 
 import ckptfs
+from ckptfs.cli.diff_match import entries
 from ckptfs.cli.info import description_text
 from ckptfs.cli.listing import json_lines, listed, text_lines
 from ckptfs.errors import CkptfsError
@@ -67,11 +68,13 @@ def exercise(data: Input, rng: random.Random) -> None:
 
 def _describe(ck: ckptfs.Checkpoint) -> None:
     description_text(ck)
-    rows = listed(ck)
-    for _ in text_lines(rows):
-        pass
-    for _ in json_lines(rows, ck.limits.max_generated_bytes):
-        pass
+    for view in {id(ck): ck, id(viewed := ck.as_state_dict()): viewed}.values():
+        rows = listed(view)
+        for _ in text_lines(rows):
+            pass
+        for _ in json_lines(rows, view.limits.max_generated_bytes):
+            pass
+    entries(ck)
 
 
 def _read(ck: ckptfs.Checkpoint, rng: random.Random) -> None:

@@ -36,9 +36,9 @@ def test_cli(case: Case, command: str, hostile_files: dict[str, Path], runner: R
         return
     assert result.rc == 0 and result.stderr == "", result.stderr
     with ckptfs.open(path) as ck:
-        tensors = len(ck.tensors)
-    if command == "ls":
-        assert len(result.stdout.splitlines()) == tensors
+        tensors, aliases = len(ck.tensors), ck.alias_count
+    if command == "ls":  # a line per tensor, and one per alias (b -> a)
+        assert len(result.stdout.splitlines()) == tensors + aliases
     else:
         info = _loads(result.stdout)
         assert info["file"] == str(path) and info["tensor_count"] == tensors == len(info["tensors"])

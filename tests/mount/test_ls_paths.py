@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from corpus import CORPUS_NAMES, CorpusFile, save_legacy, save_zip, torch_bytes
 from hostile.containers import zip_checkpoint
 from hostile.picklegen import EMPTY_DICT, MARK, SETITEMS, i, ints, lst, pickle, s, storage_pid, tensor_v2
 
-from mount.helpers import Mounter, run_cli
+from mount.helpers import CLI, Mounter, run_cli
 
 pytestmark = pytest.mark.mount
 
@@ -21,13 +22,23 @@ AWKWARD_KEYS: list[object] = ["a/b", ".", "..", "", ".hidden", "w", "w.json", "7
 
 
 def assert_ls_names_mounted_files(source: Path, mnt: Path) -> list[str]:
-    """Every first column of ``ckptfs ls`` is a tensor file of the mount whose sidecar has the tensor's key path."""
+    """Every first column of ``ckptfs ls`` is a tensor file of the mount whose sidecar has the tensor's key path, or
+    an alias (``b -> a``): a link in the mount to that tensor's file; the index counts the same."""
     text, as_json = run_cli("ls", source), run_cli("ls", "--json", source)
     assert (text.returncode, text.stderr, as_json.returncode, as_json.stderr) == (0, "", 0, "")
-    records = [json.loads(line) for line in as_json.stdout.splitlines()]
-    lines = text.stdout.splitlines()
-    assert len(lines) == len(records)
+    every = [json.loads(line) for line in as_json.stdout.splitlines()]
+    every_line = text.stdout.splitlines()
+    assert len(every_line) == len(every)
     index = json.loads((mnt / ".ckptfs" / "index.json").read_text())
+    aliases = [record for record in every if "alias_of" in record]
+    assert index["alias_count"] == len(aliases)
+    for alias, line in zip(every, every_line):
+        if "alias_of" in alias:
+            assert line.startswith(f"{alias['file']} -> {alias['alias_of']}  "), line
+            assert (mnt / alias["file"]).is_symlink(), alias
+            assert (mnt / alias["file"]).resolve() == (mnt / alias["alias_of"]).resolve(), alias
+    records = [record for record in every if "alias_of" not in record]
+    lines = [line for line, record in zip(every_line, every) if "alias_of" not in record]
     assert [record["file"] for record in records] == [t["file"] for t in index["tensors"]]
     for line, record in zip(lines, records):
         file = record["file"]
@@ -68,6 +79,23 @@ def test_awkward_keys(tmp_path: Path, mounter: Mounter, save) -> None:
     for file, t in zip(files, tensors.values()):
         assert (mnt / file).read_bytes() == torch_bytes(t)
     assert any("%~" in file for file in files)  # the 300-character key's name is shortened
+
+
+def test_tied_tensors_are_one_tensor_and_aliases(tmp_path: Path, mounter: Mounter) -> None:
+    """``ls``, ``info``, the mount and its index tell one story: 2 tensors, and 2 aliases that are links."""
+    t = torch.arange(6.0).reshape(2, 3)
+    source = save_zip({"a": t, "b": t, "c": {"d": t}, "tt": t.t()}, tmp_path / "tied.pt")
+    mnt = mounter(source)
+    assert assert_ls_names_mounted_files(source, mnt) == ["a", "tt"]
+    assert run_cli("ls", source).stdout.splitlines() == ["a         float32  2x3  24 B", "b -> a    float32  2x3  24 B",
+                                                         "c/d -> a  float32  2x3  24 B", "tt        float32  3x2  24 B"]
+    info = run_cli("info", source).stdout
+    assert "tensors:   2 (+2 aliases: other places of the same tensors)\n" in info
+    assert "elements:  12 in 2 tensors\n" in info
+    assert os.readlink(mnt / "b") == "a" and os.readlink(mnt / "c" / "d") == "../a"
+    for name in ["a", "b", "c/d", "c.d"]:
+        cat = subprocess.run([*CLI, "cat", str(source), name], capture_output=True, timeout=60)
+        assert (cat.returncode, cat.stdout) == (0, torch_bytes(t)), name
 
 
 def test_keys_that_give_one_name(tmp_path: Path, mounter: Mounter) -> None:

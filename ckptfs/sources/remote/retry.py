@@ -7,6 +7,7 @@ import random
 import time
 from typing import Callable
 
+from ckptfs.counts import counted
 from ckptfs.errors import NoSuchObjectError, SourceError
 
 log = logging.getLogger("ckptfs.sources.remote")
@@ -43,7 +44,7 @@ class RetryPolicy:
                 return
             except TransientError as exc:
                 if number + 1 == self.attempts:
-                    raise SourceError(f"{exc} (gave up after {self.attempts} attempts)", name) from None
+                    raise SourceError(f"{exc} (gave up after {counted(self.attempts, 'attempt')})", name) from None
                 log.warning("%s: %s; retrying (attempt %d of %d)", name, exc, number + 2, self.attempts)
                 time.sleep(self.delay(number))
             except MissingError as exc:
