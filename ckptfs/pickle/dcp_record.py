@@ -101,11 +101,14 @@ class _Fallback(Exception):
     pass
 
 
-def _room(u: Any, puts: int) -> bool:
+def _room(u: Any) -> int:
+    """How many memo writes the items may make now: none when the memo was rewritten or the stack nears its
+    limit (the opcodes then run, so that limit errors come in their order)."""
     limits = u.limits
-    return (not u.memo_rewritten and limits.max_stack_depth >= MAX_PUSHES
-            and len(u.stack) + 2 < limits.max_stack_depth and len(u.metastack) + 4 <= limits.max_stack_depth
-            and len(u.memo) + puts <= limits.max_memo_entries)
+    if (u.memo_rewritten or limits.max_stack_depth < MAX_PUSHES or len(u.stack) + 2 >= limits.max_stack_depth
+            or len(u.metastack) + 4 > limits.max_stack_depth):
+        return 0
+    return limits.max_memo_entries - len(u.memo)
 
 
 def _get(memo: dict[int, Any], below: int, raw: bytes) -> Any:
@@ -251,7 +254,7 @@ def _tensor(u: Any, data: bytes, pos: int) -> int:
         sizes, sizes_puts = _ints(sizes_ops)
         chunks.append((offsets, sizes))
         puts += offsets_puts + sizes_puts
-    if not _room(u, puts):
+    if puts > _room(u):
         raise _Fallback
     try:
         name_text = data[pos + 2 : name_end].decode("utf-8", "surrogatepass")
@@ -273,9 +276,10 @@ def _tensor(u: Any, data: bytes, pos: int) -> int:
         dtype_strings = (dtype_text, dtype)
     # The memo writes in opcode order: the name, the item, its dict, the properties, a new dtype's name and
     # global, the properties' tuple, the size's ints, arguments and Size, the chunk list, then each chunk's.
-    writes: list[Any] = [name_text, UNBUILT, UNBUILT, UNBUILT, *dtype_strings]
-    writes += [UNBUILT] * (puts - len(writes))
-    memo.update(zip(range(below, below + puts), writes))
+    memo.update(dict.fromkeys(range(below, below + puts), UNBUILT))
+    memo[below] = name_text
+    if dtype_strings:
+        memo[below + 4], memo[below + 5] = dtype_strings
     u.stack += (name_text, TensorRow(dtype, grad == b"\x88", size, chunks))
     u.pos = at + 3
     return u.pos
@@ -303,7 +307,7 @@ def _storage(u: Any, data: bytes, pos: int) -> int:
     below = len(memo)
     offset, offset_puts = _ints(offset_ops)
     puts = 6 + offset_puts + (fqn_get is None) + (path_get is None)
-    if not _room(u, puts):
+    if puts > _room(u):
         raise _Fallback
     _check(u, below, (index_cls, fqn_key, index_key, offset_key, offset_cls, info_cls, path_key, start_key,
                       length_key), _STORAGE_WANTS)
@@ -313,11 +317,11 @@ def _storage(u: Any, data: bytes, pos: int) -> int:
     start, length = _int(start_op), _int(length_op)
     # The memo writes in opcode order: the key, its dict, a new FQN, the offset's ints, arguments and Size,
     # the value, its dict, a new file name.
-    writes: list[Any] = [UNBUILT, UNBUILT, *(() if fqn_get is not None else (fqn,))]
-    writes += [UNBUILT] * (offset_puts + 4)
+    memo.update(dict.fromkeys(range(below, below + puts), UNBUILT))
+    if fqn_get is None:
+        memo[below + 2] = fqn
     if path_get is None:
-        writes.append(path)
-    memo.update(zip(range(below, below + puts), writes))
+        memo[below + puts - 1] = path
     u.stack += (StorageKey(fqn, offset), StorageRow(path, start, length))
     u.pos = match.end()
     return u.pos
