@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+import dcp_scale
 import scale
 import views
 from metadata_cache import NO_CACHE_HOME, run_cached
@@ -999,6 +1000,7 @@ class Bench:
             views.define_checks(self, Check)
         if "scale" in self.args.sections:
             scale.define_checks(self, sys.modules[__name__])
+            dcp_scale.define_checks(self, sys.modules[__name__])
         if self.have_alt:
             for key in [f"seq_first_{t}" for t in SEQ_TOOLS] + [f"reread_{t}" for t in SEQ_TOOLS] + [
                     "memmap_first", "memmap_second", "rand4k", "rss_big"] + [
@@ -1072,6 +1074,7 @@ class Bench:
                 self.res.meta["remote_table"] = remote.run(self)
             if "scale" in a.sections:
                 scale.run(self, sys.modules[__name__])
+                dcp_scale.run(self, sys.modules[__name__])
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
