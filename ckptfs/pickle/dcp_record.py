@@ -101,14 +101,14 @@ class _Fallback(Exception):
     pass
 
 
-def _room(u: Any) -> int:
-    """How many memo writes the items may make now: none when the memo was rewritten or the stack nears its
-    limit (the opcodes then run, so that limit errors come in their order)."""
+def _room(u: Any) -> tuple[int, int]:
+    """The memo writes and stack pushes the items may make from here: none when the memo was rewritten or the
+    MARKs near their limit (the opcodes then run, so that limit errors come in their order). An item needs
+    ``len(stack) + 2 < max_stack_depth`` as it starts."""
     limits = u.limits
-    if (u.memo_rewritten or limits.max_stack_depth < MAX_PUSHES or len(u.stack) + 2 >= limits.max_stack_depth
-            or len(u.metastack) + 4 > limits.max_stack_depth):
-        return 0
-    return limits.max_memo_entries - len(u.memo)
+    if u.memo_rewritten or limits.max_stack_depth < MAX_PUSHES or len(u.metastack) + 4 > limits.max_stack_depth:
+        return 0, 0
+    return limits.max_memo_entries - len(u.memo), limits.max_stack_depth - 2 - len(u.stack)
 
 
 def _get(memo: dict[int, Any], below: int, raw: bytes) -> Any:
@@ -191,9 +191,8 @@ _STORAGE_WANTS = (INDEX, "fqn", "index", "offset", SIZE, STORAGE_INFO, "relative
 
 
 def _check(u: Any, below: int, gets: tuple[bytes, ...], wants: tuple[Any, ...]) -> None:
-    """That each get finds its expected value; remembered, as the memo only grows (``memo_rewritten``)."""
-    if gets in u.dcp_checked:
-        return
+    """That each get finds its expected value; remembered (callers look first), as the memo only grows while the
+    items are matched (``memo_rewritten``)."""
     memo = u.memo
     for raw, want in zip(gets, wants):
         value = _get(memo, below, raw)
@@ -213,17 +212,19 @@ def _value(u: Any, below: int, raw: bytes) -> Any:
 
 def apply_tensor(u: Any, data: bytes, pos: int) -> bool:
     """The tensor items from ``pos`` on; False (nothing done) when the opcodes should run at ``pos``."""
-    done = False
-    while pos < len(data) and data[pos] == 0x8C:
+    start = pos
+    memo_room, push_room = _room(u)
+    while push_room > 0 and pos < len(data) and data[pos] == 0x8C:
         try:
-            pos = _tensor(u, data, pos)
+            pos, puts = _tensor(u, data, pos, memo_room)
         except _Fallback:
             break
-        done = True
-    return done
+        memo_room -= puts
+        push_room -= 2
+    return pos != start
 
 
-def _tensor(u: Any, data: bytes, pos: int) -> int:
+def _tensor(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
     name_end = pos + 2 + data[pos + 1] if pos + 1 < len(data) else len(data)
     head = HEAD.match(data, name_end + 1) if data[name_end : name_end + 1] == b"\x94" else None
     if head is None:
@@ -245,23 +246,27 @@ def _tensor(u: Any, data: bytes, pos: int) -> int:
         raise _Fallback
     memo = u.memo
     below = len(memo)
+    checked = u.dcp_checked
     size, size_puts = _ints(size_ops)
     chunks = []
     puts = 8 + size_puts + (2 if dtype_get is None else 0) + 6 * len(boxes)
     for cls_get, offsets_key, offsets_cls, offsets_ops, sizes_key, sizes_cls, sizes_ops in boxes:
-        _check(u, below, (cls_get, offsets_key, offsets_cls, sizes_key, sizes_cls), _CHUNK_WANTS)
+        gets = (cls_get, offsets_key, offsets_cls, sizes_key, sizes_cls)
+        if gets not in checked:
+            _check(u, below, gets, _CHUNK_WANTS)
         offsets, offsets_puts = _ints(offsets_ops)
         sizes, sizes_puts = _ints(sizes_ops)
         chunks.append((offsets, sizes))
         puts += offsets_puts + sizes_puts
-    if puts > _room(u):
+    if puts > memo_room:
         raise _Fallback
     try:
         name_text = data[pos + 2 : name_end].decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         raise _Fallback from None
-    _check(u, below, (cls, props_key, props_cls, layout, memory_format, size_key, size_cls, chunks_key),
-           _HEAD_WANTS)
+    gets = (cls, props_key, props_cls, layout, memory_format, size_key, size_cls, chunks_key)
+    if gets not in checked:
+        _check(u, below, gets, _HEAD_WANTS)
     if dtype_get is not None:
         dtype = _value(u, below, dtype_get)
         if type(dtype) is not Global:
@@ -282,22 +287,24 @@ def _tensor(u: Any, data: bytes, pos: int) -> int:
         memo[below + 4], memo[below + 5] = dtype_strings
     u.stack += (name_text, TensorRow(dtype, grad == b"\x88", size, chunks))
     u.pos = at + 3
-    return u.pos
+    return u.pos, puts
 
 
 def apply_storage(u: Any, data: bytes, pos: int) -> bool:
     """The ``storage_data`` entries from ``pos`` on (each a get of ``MetadataIndex`` first)."""
-    done = False
-    while pos < len(data) and (data[pos] == 0x68 or data[pos] == 0x6A):
+    start = pos
+    memo_room, push_room = _room(u)
+    while push_room > 0 and pos < len(data) and (data[pos] == 0x68 or data[pos] == 0x6A):
         try:
-            pos = _storage(u, data, pos)
+            pos, puts = _storage(u, data, pos, memo_room)
         except _Fallback:
             break
-        done = True
-    return done
+        memo_room -= puts
+        push_room -= 2
+    return pos != start
 
 
-def _storage(u: Any, data: bytes, pos: int) -> int:
+def _storage(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
     match = STORAGE_ITEM.match(data, pos)
     if match is None:
         raise _Fallback
@@ -307,10 +314,11 @@ def _storage(u: Any, data: bytes, pos: int) -> int:
     below = len(memo)
     offset, offset_puts = _ints(offset_ops)
     puts = 6 + offset_puts + (fqn_get is None) + (path_get is None)
-    if puts > _room(u):
+    if puts > memo_room:
         raise _Fallback
-    _check(u, below, (index_cls, fqn_key, index_key, offset_key, offset_cls, info_cls, path_key, start_key,
-                      length_key), _STORAGE_WANTS)
+    gets = (index_cls, fqn_key, index_key, offset_key, offset_cls, info_cls, path_key, start_key, length_key)
+    if gets not in u.dcp_checked:
+        _check(u, below, gets, _STORAGE_WANTS)
     fqn = _get(memo, below, fqn_get) if fqn_get is not None else _text(fqn_length, fqn_raw)
     _int(index_op)
     path = _value(u, below, path_get) if path_get is not None else _text(path_length, path_raw)
@@ -324,4 +332,4 @@ def _storage(u: Any, data: bytes, pos: int) -> int:
         memo[below + puts - 1] = path
     u.stack += (StorageKey(fqn, offset), StorageRow(path, start, length))
     u.pos = match.end()
-    return u.pos
+    return u.pos, puts
