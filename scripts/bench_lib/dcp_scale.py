@@ -9,7 +9,8 @@ here with torch's classes, MoE names, fp32/bf16/fp16/int8); the ``.distcp`` file
 byte ranges need (opening reads only the metadata and the files' sizes). Each side runs in a fresh process, the
 sides alternate within a run, and the figure is that process's CPU time for the open alone (after imports), so
 a loaded machine moves both alike. Standalone: ``.venv/bin/python scripts/bench_lib/dcp_scale.py [--runs N]
-[--tensors N] [--workdir DIR]`` prints the medians and ratios.
+[--tensors N] [--workdir DIR] [--baseline TREE] [--breakdown]`` prints the medians and ratios (and the CPU µs
+per tensor of each phase).
 """
 
 from __future__ import annotations
@@ -146,12 +147,48 @@ def open_once(side: str, path: str) -> float:
     return elapsed
 
 
+def breakdown(path: str, count: int, runs: int = 3) -> str:
+    """CPU µs per tensor of each phase of an open (medians of ``runs`` in this process): the pickle on the fast
+    and the reference path, rows to records (``dcp_metadata``), records to the tree (``dcp_directory``), the rest."""
+    import time
+
+    import ckptfs
+    from ckptfs.formats import dcp_directory, dcp_metadata
+    from ckptfs.gc_pause import gc_paused
+    from ckptfs.limits import Limits
+    from ckptfs.pickle import unpickler
+    from ckptfs.sources import DirectorySource
+
+    data = Path(path, ".metadata").read_bytes()
+    steps = {
+        "pickle": lambda: unpickler.load_dcp(data, Limits()),
+        "pickle_reference": lambda: unpickler.load_dcp(data, Limits()),
+        "parse_metadata": lambda: dcp_metadata.parse_metadata(data, Limits()),
+        "open_dcp": lambda: dcp_directory.open_dcp(DirectorySource(path), Limits()),
+        "ckptfs.open": lambda: ckptfs.open(path).close(),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    with gc_paused():
+        for _ in range(runs):
+            for name, step in steps.items():
+                unpickler.FAST_PATHS = name != "pickle_reference"
+                start = time.process_time()
+                step()
+                times[name].append(time.process_time() - start)
+    unpickler.FAST_PATHS = True
+    us = {name: statistics.median(values) / count * 1e6 for name, values in times.items()}
+    return (f"us per tensor: pickle {us['pickle']:.1f} (reference path {us['pickle_reference']:.1f}), rows to records "
+            f"{us['parse_metadata'] - us['pickle']:.1f}, records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
+            f"rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; total {us['ckptfs.open']:.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write", nargs=3, metavar=("PATH", "TENSORS", "RANKS"), help=argparse.SUPPRESS)
     p.add_argument("--open", nargs=2, metavar=("SIDE", "PATH"), help=argparse.SUPPRESS)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--tensors", type=int, default=TENSORS)
+    p.add_argument("--breakdown", action="store_true", help="also each phase's CPU us per tensor (this tree)")
     p.add_argument("--baseline", metavar="TREE", help="also open with the ckptfs of this source tree (before/after)")
     p.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ckptfs-dcp-bench")
     a = p.parse_args()
@@ -176,6 +213,8 @@ def main() -> None:
                 print(f"  {side}: median {statistics.median(values[side]):.2f} s, torch read_metadata "
                       f"{statistics.median(values['torch']):.2f} s, {side}/torch median "
                       f"{statistics.median(ratios):.2f} (target <= {TARGET})")
+        if a.breakdown:
+            print("  " + breakdown(str(path), a.tensors))
 
 
 if __name__ == "__main__":
