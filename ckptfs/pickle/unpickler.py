@@ -86,7 +86,7 @@ class SafeUnpickler(Machine):
                     raise UnpicklingError(f"stack underflow at offset {self.pos - 1}")
                 if index not in memo and len(memo) >= max_memo:
                     raise LimitExceededError(f"pickle memo exceeds {max_memo} entries")
-                if index != len(memo):
+                if dcp and index != len(memo):
                     self.memo_rewritten = True
                 memo[index] = stack[-1]
                 continue
