@@ -65,5 +65,5 @@ def test_a_second_pass_fills_the_storages_at_the_offsets_info_gives(tmp_path: Pa
     human = subprocess.run([sys.executable, "-m", "ckptfs.cli", "info", str(path)], capture_output=True, check=True,
                            text=True).stdout
     unwritten = [s for s in storages if not s["written"]]
-    assert f"unwritten:  {len(unwritten)} storages reserved by skip_data, bytes never written:" in human
+    assert f"unwritten: {len(unwritten)} storages reserved by skip_data, bytes never written:" in " ".join(human.split())
     assert f"{unwritten[0]['key']}: offset {unwritten[0]['offset']:,}, {unwritten[0]['nbytes']:,} bytes" in human
