@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ckptfs.cache import MetadataCache, open_cache
+from ckptfs.cache import MetadataCache, decode_parse, encode_parse, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
@@ -38,6 +38,7 @@ class Checkpoint:
         self.storages: list[Storage] = parsed.storages
         self.tensors: list[Tensor] = []
         self._reader = StorageReader(source, parsed)
+        self._encoded: bytes | None | bool = False
         self._collect_tensors(limits)
         hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
                               if s.source is source and s.offset >= 0 and not s.compressed))
@@ -148,6 +149,13 @@ class Checkpoint:
         data = self.read(tensor)
         return np.frombuffer(data, dtype=tensor.numpy_dtype).reshape(tensor.shape).copy()
 
+    def encoded_parse(self) -> bytes | None:
+        """The parse in the metadata cache's encoding (made once), which ``open_checkpoint(parse=)`` takes back
+        for this source at this version; None for what the cache does not keep."""
+        if self._encoded is False:
+            self._encoded = encode_parse(self.source, self.limits, self._reader.parsed)
+        return self._encoded  # type: ignore[return-value]
+
     def close(self) -> None:
         self.source.close()
 
@@ -163,12 +171,13 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
                     remote: RemoteOptions = RemoteOptions(),
-                    cache_dir: str | os.PathLike[str] | None = None) -> Checkpoint:
+                    cache_dir: str | os.PathLike[str] | None = None, parse: bytes | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
     fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
     the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). The cyclic
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
-    of a parse."""
+    of a parse. ``parse``: a ``Checkpoint.encoded_parse()`` of this source: used, instead of parsing, when it checks
+    for the source as it is now (``cache.decode_parse``)."""
     if hasattr(path, "read") and hasattr(path, "size"):
         source = path
     elif os.path.isdir(path):
@@ -177,7 +186,7 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         source = open_source(path, remote)
     try:
         with gc_paused():
-            return _open(source, limits, open_cache(cache_dir))  # type: ignore[arg-type]
+            return _open(source, limits, open_cache(cache_dir), parse)  # type: ignore[arg-type]
     except CkptfsError as exc:
         source.close()  # type: ignore[union-attr]
         raise exc.with_path(source.name) from None  # type: ignore[union-attr]
@@ -186,7 +195,14 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         raise
 
 
-def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None) -> Checkpoint:
+def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carried: bytes | None) -> Checkpoint:
+    if carried is not None:
+        decoded = decode_parse(carried, source, limits)
+        if decoded is not None:
+            try:
+                return Checkpoint(source, decoded, limits)
+            except CkptfsError:  # a tree the parse would not have made: parsed below
+                pass
     if cache is not None:
         cached = cache.load(source, limits)
         if cached is not None:

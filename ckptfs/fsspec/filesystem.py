@@ -36,6 +36,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
 from ckptfs.fs.views import VIEW_NAMES
+from ckptfs.fsspec.pickled import Carried, restore
 from ckptfs.fsspec.targets import target_source
 from ckptfs.limits import Limits
 from ckptfs.model.records import Tensor
@@ -47,19 +48,25 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     protocol = "ckpt"
     root_marker = ""
     cachable = False
-    """Like ``zip`` and ``tar``: each instance opens the checkpoint it is given, as it is then."""
+    """Like ``zip`` and ``tar``: each instance made opens the checkpoint it is given, as it is then. Unpickled copies
+    of one instance are shared in a process instead (``pickled``): they read the version it opened."""
 
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 cache_dir: str | os.PathLike[str] | None = None, _carried: Carried | None = None,
                  **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
         ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
         ``limits``: the safety limits (``ckptfs.Limits``); ``views``: the views shown (``json``, ``npy``,
         ``q_scales``, ``q_zero_points``, ``safetensors``, ``zarr``; default all), as a list or a comma-separated
-        text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``."""
+        text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``; ``cache_dir``: the metadata
+        cache's folder (as ``ckptfs --cache-dir``; default none): an unchanged checkpoint opened again is read from
+        there instead of parsed. ``_carried``: what a pickle of another instance carries (``pickled``)."""
         super().__init__(**kwargs)
         self.fo = fo
-        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options), limits or Limits())
+        pinned, parse = _carried or (None, None)
+        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options, pinned),
+                                          limits or Limits(), cache_dir=cache_dir, parse=parse)
         self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest)
 
     @classmethod
@@ -141,6 +148,12 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
         if mode != "rb":
             raise OSError(errno.EROFS, f"{os.strerror(errno.EROFS)}: a checkpoint opens for reading only", path)
         return CheckpointFile(self, path, self._content(path), block_size, cache_options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with the version its source pinned and its parse (``pickled``)."""
+        options = {key: value for key, value in self.storage_options.items() if key != "_carried"}
+        carried = Carried(getattr(self.checkpoint.source, "pinned", None), self.checkpoint.encoded_parse())
+        return restore, (type(self), self.storage_args, options, carried)
 
     def close(self) -> None:
         """Closes the checkpoint's source (also when the file system is garbage-collected)."""
