@@ -280,6 +280,8 @@ def _add_mount_commands(sub: Any) -> None:
                           "0555/0444 less NNN), fsname=NAME, log_file=PATH, debug, ro, default_permissions; "
                           "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
+                          "zarr_chunk=SIZE (/.zarr's chunks: whole rows of at most SIZE bytes, default 4MiB; 0: one "
+                          "chunk an array), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw is refused")

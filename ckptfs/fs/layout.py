@@ -57,7 +57,7 @@ from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import VIEW_NAMES, View, view_names
 from ckptfs.fs.views import views as make_views
-from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
+from ckptfs.fs.zarr import ZARR_CHUNK, ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, chunk_pieces, chunk_size, mirror_entries
 from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
@@ -80,10 +80,11 @@ DIR_CACHE_SIZE = 4096
 class Layout:
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
-    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 zarr_chunk: int = ZARR_CHUNK) -> None:
         """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are);
-        ``nest``: dicts' dotted keys shown as directories (``fs.nest``)."""
-        self.checkpoint = checkpoint
+        ``nest``: dicts' dotted keys shown as directories (``fs.nest``); ``zarr_chunk``: ``/.zarr``'s chunk bytes."""
+        self.checkpoint, self.zarr_chunk = checkpoint, zarr_chunk
         self.view_names = view_names(views)
         root = checkpoint.root
         self.boxed = not is_container(root)
@@ -209,7 +210,8 @@ class Layout:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
             entries[CONTROL_DIR] = self.control
             if "zarr" in self.view_names:
-                entries[ZARR_DIR] = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
+                entries[ZARR_DIR] = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, False,
+                                            self.zarr_chunk)
             directory.head = [self.control]
         names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
         for position, (key, child) in enumerate(pairs):
@@ -326,7 +328,7 @@ class Layout:
                 self._made = kept  # a listing needs its size only: made again when opened
                 return size
         if kind is Kind.ZARR_CHUNK:
-            return node.value.nbytes  # type: ignore[no-any-return]
+            return chunk_size(node)  # type: ignore[arg-type]
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
         if kind is Kind.VALUE:
@@ -359,7 +361,7 @@ class Layout:
         if node.kind is Kind.BUNDLE:
             return self.safetensors(node).pieces(self.checkpoint.extents)
         if node.kind is Kind.ZARR_CHUNK:
-            return tensor_pieces(node.value, self.checkpoint.extents(node.value))
+            return chunk_pieces(node, tensor_pieces(node.value, self.checkpoint.extents(node.value)))  # type: ignore
         return [Literal(self.content(node))]
 
     def content(self, node: Node) -> bytes | bytearray:

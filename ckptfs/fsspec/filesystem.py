@@ -38,7 +38,8 @@ from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
 from ckptfs.fs.views import VIEW_NAMES
 from ckptfs.fsspec.pickled import Carried, restore
 from ckptfs.fsspec.targets import target_source
-from ckptfs.limits import Limits
+from ckptfs.fs.zarr import ZARR_CHUNK
+from ckptfs.limits import Limits, parse_quantity
 from ckptfs.model.records import Tensor
 
 
@@ -53,7 +54,8 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
 
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, nest: bool = False,
-                 cache_dir: str | os.PathLike[str] | None = None, _carried: Carried | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, zarr_chunk: int | str = ZARR_CHUNK,
+                 _carried: Carried | None = None,
                  **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
         ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
@@ -61,13 +63,15 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
         ``q_scales``, ``q_zero_points``, ``safetensors``, ``zarr``; default all), as a list or a comma-separated
         text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``; ``cache_dir``: the metadata
         cache's folder (as ``ckptfs --cache-dir``; default none): an unchanged checkpoint opened again is read from
-        there instead of parsed. ``_carried``: what a pickle of another instance carries (``pickled``)."""
+        there instead of parsed; ``zarr_chunk``: bytes of a ``.zarr`` array's chunk (an int or ``"4MiB"``; whole
+        rows, 0: one chunk an array, as ``-o zarr_chunk``). ``_carried``: what a pickle of another instance carries (``pickled``)."""
         super().__init__(**kwargs)
         self.fo = fo
         pinned, parse = _carried or (None, None)
         self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options, pinned),
                                           limits or Limits(), cache_dir=cache_dir, parse=parse)
-        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest)
+        chunk = parse_quantity(zarr_chunk) if isinstance(zarr_chunk, str) else int(zarr_chunk)
+        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest, zarr_chunk=chunk)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:

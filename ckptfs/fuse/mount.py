@@ -97,7 +97,7 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
                                      cache_dir)
         try:
-            layout = Layout(checkpoint, views=options.views, nest=options.nest)
+            layout = Layout(checkpoint, views=options.views, nest=options.nest, zarr_chunk=options.zarr_chunk)
             check_fuse()
         except BaseException:
             checkpoint.close()
