@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import cached_property
 from typing import Any, Collection
 
 from fsspec.archive import AbstractArchiveFileSystem
@@ -35,7 +36,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
-from ckptfs.fs.views import VIEW_NAMES
+from ckptfs.fs.views import VIEW_NAMES, view_names
 from ckptfs.fsspec.pickled import Carried, restore
 from ckptfs.fsspec.targets import target_source
 from ckptfs.fs.zarr import ZARR_CHUNK
@@ -64,14 +65,24 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
         text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``; ``cache_dir``: the metadata
         cache's folder (as ``ckptfs --cache-dir``; default none): an unchanged checkpoint opened again is read from
         there instead of parsed; ``zarr_chunk``: bytes of a ``.zarr`` array's chunk (an int or ``"4MiB"``; whole
-        rows, 0: one chunk an array, as ``-o zarr_chunk``). ``_carried``: what a pickle of another instance carries (``pickled``)."""
+        rows, 0: one chunk an array, as ``-o zarr_chunk``). ``_carried``: what a pickle of another instance
+        carries (``pickled``). The tree (``layout``) is made on first use: a task reading tensors through
+        ``checkpoint`` (``ckptfs.dask``) never makes it."""
         super().__init__(**kwargs)
         self.fo = fo
-        pinned, parse = _carried or (None, None)
-        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options, pinned),
-                                          limits or Limits(), cache_dir=cache_dir, parse=parse)
-        chunk = parse_quantity(zarr_chunk) if isinstance(zarr_chunk, str) else int(zarr_chunk)
-        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest, zarr_chunk=chunk)
+        limits = limits or Limits()
+        parse = None if _carried is None else _carried.unpacked(limits)
+        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options,
+                                                        None if _carried is None else _carried.pinned),
+                                          limits, cache_dir=cache_dir, parse=parse)
+        self._tree = (view_names(_view_list(views)), nest,
+                      parse_quantity(zarr_chunk) if isinstance(zarr_chunk, str) else int(zarr_chunk))
+        self._packed: bytes | None = None
+
+    @cached_property
+    def layout(self) -> Layout:
+        views, nest, zarr_chunk = self._tree
+        return Layout(self.checkpoint, views=views, nest=nest, zarr_chunk=zarr_chunk)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -156,7 +167,9 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled with the version its source pinned and its parse (``pickled``)."""
         options = {key: value for key, value in self.storage_options.items() if key != "_carried"}
-        carried = Carried(getattr(self.checkpoint.source, "pinned", None), self.checkpoint.encoded_parse())
+        if self._packed is None:
+            self._packed = Carried.pack(self.checkpoint.encoded_parse())
+        carried = Carried(getattr(self.checkpoint.source, "pinned", None), self._packed)
         return restore, (type(self), self.storage_args, options, carried)
 
     def close(self) -> None:

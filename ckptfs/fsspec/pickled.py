@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from typing import Any, NamedTuple
 
 from fsspec.utils import tokenize
 
+from ckptfs.limits import Limits
+
+ENTRY_PER_PICKLE_BYTE = 4
+"""An entry is about the size of the pickle it was parsed from (a 20,000-tensor zip: 2.1 MB against 2.4 MB): one
+inflating past this many bytes per ``max_pickle_bytes`` is not an entry."""
 RESTORED_KEPT = 16
 """File systems unpickled in a process kept for the next copies of them (most recently made first)."""
 _restored: dict[str, Any] = {}
@@ -35,6 +41,24 @@ class Carried(NamedTuple):
 
     pinned: tuple[int, str | None, str | None, int | None] | None
     parse: bytes | None
+    """The parse's entry (``Checkpoint.encoded_parse``) deflated: a 20,000-tensor zip's 2.1 MB entry is 0.38 MB,
+    made once per file system in 15 ms and inflated once per process."""
+
+    @staticmethod
+    def pack(entry: bytes | None) -> bytes | None:
+        return None if entry is None else zlib.compress(entry, 1)
+
+    def unpacked(self, limits: Limits) -> bytes | None:
+        """The entry, or None when it does not inflate within what an entry of a checkpoint within ``limits``
+        may take (it is then parsed)."""
+        if self.parse is None:
+            return None
+        inflater = zlib.decompressobj()
+        try:
+            entry = inflater.decompress(self.parse, limits.max_pickle_bytes * ENTRY_PER_PICKLE_BYTE)
+        except zlib.error:
+            return None
+        return entry if inflater.eof and not inflater.unconsumed_tail else None
 
     def __repr__(self) -> str:  # fsspec tokenizes arguments by their text: not the parse's megabytes
         return f"Carried(pinned={self.pinned!r}, parse={0 if self.parse is None else len(self.parse)} bytes)"

@@ -17,6 +17,7 @@ from remote_servers import MotoS3, Nginx, moto_proxy, moto_s3  # noqa: F401  (fi
 
 from ckptfs.fsspec import CheckpointFileSystem
 from ckptfs.fsspec.pickled import Carried
+from ckptfs.limits import Limits
 
 WORKER = """
 import pickle, sys
@@ -111,12 +112,15 @@ def test_a_carried_parse_that_does_not_check_is_parsed_again(tmp_path: Path) -> 
     assert encoded is not None
     flipped = bytearray(encoded)
     flipped[-9] ^= 0xFF  # the digest no longer checks
-    copy = CheckpointFileSystem(fo=str(path), _carried=Carried(None, bytes(flipped)))
-    assert copy.cat_file("embed") == raw(tensors(4)["embed"])
-    assert len(copy.checkpoint.tensors) == 121
+    for carried in (Carried.pack(bytes(flipped)), b"not deflated", Carried.pack(encoded)[:-5]):
+        copy = CheckpointFileSystem(fo=str(path), _carried=Carried(None, carried))
+        assert copy.cat_file("embed") == raw(tensors(4)["embed"])
+        assert len(copy.checkpoint.tensors) == 121
+    bomb = Carried(None, Carried.pack(bytes(1 << 20)))
+    assert bomb.unpacked(Limits(max_pickle_bytes=1 << 16)) is None  # inflates past 4 bytes per pickle byte
     # the file rewritten: its state is another key, so the carried parse is not used
     path.write_bytes(saved(tensors(5)))
-    again = CheckpointFileSystem(fo=str(path), _carried=Carried(None, encoded))
+    again = CheckpointFileSystem(fo=str(path), _carried=Carried(None, Carried.pack(encoded)))
     assert again.cat_file("embed") == raw(tensors(5)["embed"])
 
 
