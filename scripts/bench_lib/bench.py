@@ -54,7 +54,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 SECTIONS = ("seq", "memmap", "rand", "many", "cache")
-OPTIONAL_SECTIONS = ("views", "scale", "remote")
+OPTIONAL_SECTIONS = ("views", "scale", "remote", "distributed")
 SEQ_TOOLS = ("dd_1M", "dd_128k", "cat")
 
 
@@ -620,7 +620,7 @@ class Bench:
         self.mounts = MountManager(self.workdir)
         log(f"work directory {self.workdir}")
         self.build()
-        if set(a.sections) - {"scale"}:  # the scale case makes its own checkpoint
+        if set(a.sections) - {"scale", "distributed"}:  # these make their own checkpoints
             self.make_checkpoints(big_bytes)
 
     def build(self) -> None:
@@ -1072,6 +1072,10 @@ class Bench:
                 self.res.meta["remote_table"] = remote.run(self)
             if "scale" in a.sections:
                 scale.run(self, sys.modules[__name__])
+            if "distributed" in a.sections:
+                import dask_cluster
+
+                self.res.meta["distributed_table"] = dask_cluster.run(self, log)
             self.res.meta["loadavg"]["end"] = loadavg()
             if max(self.res.meta["loadavg"].values()) > 1.0:
                 log(f"note: the machine was busy (load average {self.res.meta['loadavg']}); ratios stay comparable "
@@ -1090,8 +1094,9 @@ class Bench:
 
     def report(self) -> None:
         print(render_table(self.res), flush=True)
-        if "remote_table" in self.res.meta:
-            print("\n" + self.res.meta["remote_table"], flush=True)
+        for table in ("remote_table", "distributed_table"):
+            if table in self.res.meta:
+                print("\n" + self.res.meta[table], flush=True)
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.res.to_json(), indent=1) + "\n")
             log(f"wrote {self.args.json}")
@@ -1163,6 +1168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--remote", action="store_true",
                    help="add the remote section: the checkpoints as s3:// URLs over nginx and radosgw on loopback, "
                         "against S3 clients (remote.py; --sections remote for this alone)")
+    p.add_argument("--distributed", action="store_true",
+                   help="add the distributed section: ckpt:// on a Dask LocalCluster against moto behind nginx "
+                        "(dask_cluster.py; --sections distributed for this alone)")
     p.add_argument("--allow-no-ckptfs", action="store_true",
                    help="if ckptfs mount is unavailable, still measure the limits (raw, C, torch, ratarmount)")
     a = p.parse_args(argv)
