@@ -47,7 +47,8 @@ def from_checkpoint(url_or_path: Any, key: str, chunks: Any = None, **options: A
     tensor: Tensor = node.value
     found = npy_dtype(tensor)
     if found is None:
-        raise UnsupportedError(f"{key}: {tensor.dtype.name} has no numpy dtype nor raw bits to show", fs.checkpoint.path)
+        raise UnsupportedError(f"{key}: {tensor.dtype.name} has no numpy dtype nor raw bits to show",
+                               fs.checkpoint.path)
     dtype = np.dtype(found[0])
     shape = tuple(tensor.shape)
     index = next(i for i, t in enumerate(fs.checkpoint.tensors) if t is tensor)

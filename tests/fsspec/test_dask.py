@@ -115,3 +115,33 @@ def test_dask_arrays_of_a_tensor_and_of_its_zarr_view(client: Any, moto_s3: Moto
     total = da.from_zarr(view).sum().compute()
     assert abs(float(total) - float(big.sum(dtype=np.float64))) < 1e-2
     assert sum(r.sent for r in moto_proxy.since(mark, at_least=1)) <= 1.25 * 16 * MiB
+
+
+def test_from_checkpoint_blocks_shapes_and_dtypes(tmp_path: Any) -> None:
+    import ckptfs.dask
+    from ckptfs.errors import CkptfsError
+
+    generator = torch.Generator().manual_seed(31)
+    tensors = {"w": torch.randn(100, 7, 3, generator=generator), "scalar": torch.tensor(2.5, dtype=torch.float64),
+               "brain": torch.randn(9, 4, generator=generator).to(torch.bfloat16), "empty": torch.zeros(0, 3),
+               "t": torch.randn(6, 5, generator=generator).t(), "group": {"x": torch.arange(4)}}
+    torch.save(tensors, tmp_path / "m.pt")
+    path = str(tmp_path / "m.pt")
+    for chunks, first in ((None, (100,)), (30, (30, 30, 30, 10)), ((25, 7, 2), (25, 25, 25, 25))):
+        array = ckptfs.dask.from_checkpoint(path, "w", chunks=chunks)
+        assert array.chunks[0] == first
+        assert np.array_equal(array.compute(scheduler="sync"), tensors["w"].numpy())
+    assert np.array_equal(ckptfs.dask.from_checkpoint(path, "w", chunks=(25, 7, 2))[30:31, 3:, 1:].compute(
+        scheduler="sync"), tensors["w"].numpy()[30:31, 3:, 1:])
+    assert ckptfs.dask.from_checkpoint(path, "scalar").compute(scheduler="sync") == 2.5
+    brain = ckptfs.dask.from_checkpoint(path, "brain")
+    assert brain.dtype == np.uint16 and np.array_equal(brain.compute(scheduler="sync"),
+                                                       tensors["brain"].view(torch.uint16).numpy())
+    assert ckptfs.dask.from_checkpoint(path, "empty").compute(scheduler="sync").shape == (0, 3)
+    assert np.array_equal(ckptfs.dask.from_checkpoint(path, "t", chunks=2).compute(scheduler="sync"),
+                          tensors["t"].numpy())  # gathered: a transposed view's logical bytes
+    assert np.array_equal(ckptfs.dask.from_checkpoint(path, "group/x").compute(scheduler="sync"), np.arange(4))
+    with pytest.raises(CkptfsError, match=r"m\.pt: group is not a tensor$"):
+        ckptfs.dask.from_checkpoint(path, "group")
+    with pytest.raises(FileNotFoundError):
+        ckptfs.dask.from_checkpoint(path, "missing")
