@@ -17,6 +17,7 @@ travel in the pickle, as with every fsspec file system.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import zlib
@@ -34,6 +35,7 @@ RESTORED_KEPT = 16
 _restored: dict[str, Any] = {}
 _lock = threading.Lock()
 _pid = os.getpid()
+atexit.register(_restored.clear)  # closed while the interpreter can still run their __del__
 
 
 class Carried(NamedTuple):

@@ -133,3 +133,14 @@ def test_cache_dir_keeps_the_parse_for_the_next_open(tmp_path: Path) -> None:
     assert any(entry.is_file() for entry in entries)
     again = fsspec.filesystem("ckpt", fo=str(path), cache_dir=str(tmp_path / "cache"))
     assert again is not fs and again.cat_file("layer0.weight") == raw(tensors(6)["layer0.weight"])
+
+
+def test_a_mount_says_unmount_a_program_says_open_again() -> None:
+    from ckptfs.errors import ObjectChangedError
+
+    error = ObjectChangedError("the object was replaced since it was opened (If-Match failed); "
+                               + ObjectChangedError.REOPEN, "s3://b/m.pt")
+    assert str(error) == ("s3://b/m.pt: the object was replaced since it was opened (If-Match failed); open it again "
+                          "(ckptfs.open, a new ckpt:// file system) to read the new version")
+    assert error.for_mount() == ("s3://b/m.pt: the object was replaced since it was opened (If-Match failed); "
+                                 "unmount and mount it again")
