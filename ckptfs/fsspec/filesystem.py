@@ -37,9 +37,9 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
 from ckptfs.fs.views import VIEW_NAMES, view_names
+from ckptfs.fs.zarr import ZARR_CHUNK
 from ckptfs.fsspec.pickled import Carried, restore
 from ckptfs.fsspec.targets import target_source
-from ckptfs.fs.zarr import ZARR_CHUNK
 from ckptfs.limits import Limits, parse_quantity
 from ckptfs.model.records import Tensor
 
