@@ -126,3 +126,28 @@ def test_a_slice_over_s3_fetches_only_its_chunks(moto_s3: MotoS3, moto_proxy: Ng
     mark = moto_proxy.mark()
     assert np.array_equal(group["big"][8000:8001, 1000:], big.numpy()[8000:8001, 1000:])
     assert sum(r.sent for r in moto_proxy.since(mark, at_least=1)) <= 8 * MiB
+
+
+def test_a_slice_through_an_s3_mount_fetches_only_its_chunks(moto_s3: MotoS3, moto_proxy: Nginx,  # noqa: F811
+                                                             mounter: Mounter,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    big = torch.randn(8192, 1024, generator=torch.Generator().manual_seed(6))  # 32 MiB, 4 KiB rows
+    buffer = io.BytesIO()
+    torch.save({"big": big}, buffer)
+    moto_s3.client.create_bucket(Bucket="zarr-mounts")
+    moto_s3.client.put_object(Bucket="zarr-mounts", Key="big.pt", Body=buffer.getvalue())
+    for name, value in moto_s3.env.items():
+        monkeypatch.setenv(name, value)
+    mark = moto_proxy.mark()
+    mnt = mounter("s3://zarr-mounts/big.pt",  # type: ignore[arg-type]
+                  "--endpoint-url", moto_proxy.url, "-o", "zarr_chunk=1MiB")
+    opened = len(moto_proxy.since(mark, at_least=1))
+    mark = moto_proxy.mark()
+    array = zarr.open_array(mnt / ".zarr" / "big", mode="r")
+    assert array.chunks == (256, 1024)
+    assert np.array_equal(array[300:302, 0:3], big.numpy()[300:302, 0:3])
+    store = tensorstore.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": str(mnt / ".zarr" / "big")}},
+                             read=True).result()
+    assert np.array_equal(store[7000:7002, 5:9].read().result(), big.numpy()[7000:7002, 5:9])
+    fetched = sum(r.sent for r in moto_proxy.since(mark, at_least=1))
+    assert opened >= 1 and 2 * MiB <= fetched <= 8 * MiB  # two 1 MiB chunks and read-ahead, not 32 MiB
