@@ -21,12 +21,12 @@ POSITION_BITS = 32
 class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
-    __slots__ = ("_nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
+    __slots__ = ("nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
 
     def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
         ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here."""
-        self._nest = nest
+        self.nest = nest
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
@@ -54,7 +54,7 @@ class Places:
             number = len(containers)
             containers.append(value)
             pairs = value.pairs if isinstance(value, Group) else children(value)
-            if self._nest and isinstance(value, dict):
+            if self.nest and isinstance(value, dict):
                 pairs = nested(pairs)
             kids[id(value)] = pairs
             block[id(value)] = next_block
