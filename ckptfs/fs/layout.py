@@ -87,7 +87,8 @@ class Layout(Contents):
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
-        self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
+        with gc_paused():  # the collector's passes over the parse's records, which all live on, cost 2-4x the walk
+            self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
         self._dirs: dict[str, Dir] = {}
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)

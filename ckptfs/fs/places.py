@@ -59,10 +59,28 @@ class Places:
             kids[id(value)] = pairs
             block[id(value)] = next_block
             next_block += slots * len(pairs)
+            values = [child for _, child in pairs]
+            if not any(map(holds, values)):
+                self._leaves(values, number, branch)
+                continue
             for index in range(len(pairs) - 1, -1, -1):
                 child = pairs[index][1]
                 if (isinstance(child, Tensor) or holds(child)) and id(child) not in first:
                     stack.append((child, number, index, child if number == 1 else branch))
+
+    def _leaves(self, values: list[Any], number: int, branch: Any) -> None:
+        """``_walk`` for the children of container ``number`` when none is a container: they are met next, in order,
+        so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000)."""
+        base = number << POSITION_BITS
+        found = {id(value): base | index for index, value in reversed(list(enumerate(values)))
+                 if isinstance(value, Tensor)}
+        for seen in found.keys() & self._first.keys():
+            del found[seen]
+        self._first.update(found)
+        if number == 1:  # a child of the root is its own branch
+            self._holding_tensors.update(found)
+        elif found and branch is not None:
+            self._holding_tensors.add(id(branch))
 
     def pairs(self, container: Any) -> list[tuple[Key, Any]]:
         return self._pairs[id(container)]
