@@ -7,6 +7,7 @@ plan slot per child. Here a name is resolved to the child's position in its cont
 * a name only a str key can have (``names.only_str_key``: not escaped, shortened, nor an int's name) in a dict is
   that key (no other key of the dict can have its name, so ``child_names`` does not rename it): found by the key,
   its position by its first place (``Places``) when the child is shown there, in constant time;
+* a list's or tuple's child by its index, in constant time;
 * a name beginning with ``.`` or ending in a reserved suffix is no key's (``fs.names``): no child;
 * any other name (escapes, collisions, ``%=`` keys, an object's or list's children, ``--nest`` groups, a link's or
   a plain value's position) through the directory's names, made once by ``child_names`` as the listing makes
@@ -31,6 +32,10 @@ def child_position(places: Places, directory: Dir, name: str, boxed: bool) -> in
     if not name or name[0] == "." or name.endswith(RESERVED_SUFFIXES):
         return None  # never a key's name (fs.names): a view's, ckptfs' own, or nothing
     container = directory.value
+    if not boxed and type(container) in (list, tuple):
+        if not (name.isascii() and name.isdigit()) or (name[0] == "0" and name != "0"):
+            return None  # a list's children are named by their indices alone
+        return int(name) if int(name) < len(container) else None
     if not boxed and type(container) is dict and not places.nest and only_str_key(name):
         child = container.get(name, _MISSING)
         if child is _MISSING:

@@ -68,8 +68,13 @@ def _same_as_listed(checkpoint: ckptfs.Checkpoint, **options: Any) -> int:
         assert _facts(fresh, node) == facts, path
         if not path.startswith(("/.ckptfs", "/" + ZARR_DIR)):
             assert fresh.root.entries is None, f"{path}: looking it up made the root's entries"
-    for path, _ in listed:  # a name the listing does not show is not found either
-        assert Layout(checkpoint, **options).lookup(path + "%#0") is None
+    directories = [""] + [path for path, facts in listed if facts[0] is Kind.DIR]
+    for path in directories:  # names a listing may or may not show: found as the built directory finds them
+        fresh = Layout(checkpoint, **options)
+        for name in ("%#0", "00", "01", "\u0663", "-1", "+1", "7", "99999", "7.json", "0.npy", ".x", "%3D", "x%#1"):
+            built, found = full.lookup(f"{path}/{name}"), fresh.lookup(f"{path}/{name}")
+            assert (found is None) == (built is None), f"{path}/{name}"
+            assert found is None or _facts(fresh, found) == _facts(full, built), f"{path}/{name}"  # type: ignore
     return len(listed)
 
 
@@ -159,5 +164,6 @@ def test_random_key_sets_look_up_as_listed(tmp_path: Path, keys: list[Any], shar
     for n, key in enumerate(keys):
         tree[key] = one if shared[n] else _tensor_or_value(n)
     tree["sub"] = {key: one if shared[-1 - n] else _tensor_or_value(n) for n, key in enumerate(keys)}
+    tree["list"] = [one if shared[n] else _tensor_or_value(n) for n in range(len(keys))]
     with ckptfs.open(save_zip(tree, tmp_path / "keys.pt")) as ck:
         _same_as_listed(ck, nest=nest)
