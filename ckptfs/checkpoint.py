@@ -6,7 +6,7 @@ import copy
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ckptfs.cache import MetadataCache, open_cache
+from ckptfs.cache import MetadataCache, decode_parse, encode_parse, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, NotWritableError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
 from ckptfs.formats.interface import ParsedCheckpoint
@@ -47,6 +47,7 @@ class Checkpoint:
         self._reader = StorageReader(source, parsed)
         self.writer: TensorWriter | None = None
         """Set by ``open_for_writing`` (``mode="r+"``)."""
+        self._encoded: bytes | None | bool = False
         self._collect_tensors(limits)
         hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
                               if s.source is source and s.offset >= 0 and not s.compressed))
@@ -201,6 +202,13 @@ class Checkpoint:
         if self.writer is not None:
             self.writer.sync()
 
+    def encoded_parse(self) -> bytes | None:
+        """The parse in the metadata cache's encoding (made once), which ``open_checkpoint(parse=)`` takes back
+        for this source at this version; None for what the cache does not keep."""
+        if self._encoded is False:
+            self._encoded = encode_parse(self.source, self.limits, self._reader.parsed)
+        return self._encoded  # type: ignore[return-value]
+
     def close(self) -> None:
         try:
             if self.writer is not None:
@@ -220,13 +228,15 @@ class Checkpoint:
 
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
                     remote: RemoteOptions = RemoteOptions(),
-                    cache_dir: str | os.PathLike[str] | None = None, mode: str = "r") -> Checkpoint:
+                    cache_dir: str | os.PathLike[str] | None = None, mode: str = "r",
+                    parse: bytes | None = None) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
     fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
     the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). ``mode="r+"``
     opens a local torch.save zip for ``Checkpoint.write`` too (NotWritableError saying why not). The cyclic
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
-    of a parse."""
+    of a parse. ``parse``: a ``Checkpoint.encoded_parse()`` of this source: used, instead of parsing, when it checks
+    for the source as it is now (``cache.decode_parse``)."""
     if mode not in ("r", "r+"):
         raise UnsupportedError(f"mode {mode!r}: expected 'r' or 'r+'", str(path))
     if hasattr(path, "read") and hasattr(path, "size"):
@@ -237,9 +247,11 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         source = open_source(path, remote)
     try:
         with gc_paused():
-            # Writing trusts no cached parse: it needs every record's framing as the file holds it now.
-            checkpoint = _open(source, limits, open_cache(cache_dir if mode == "r" else None))  # type: ignore[arg-type]
-        if mode == "r+":
+            # Writing trusts no cached or carried parse: it needs every record's framing as the file holds it now.
+            writing = mode == "r+"
+            checkpoint = _open(source, limits, open_cache(None if writing else cache_dir),  # type: ignore[arg-type]
+                               None if writing else parse)
+        if writing:
             try:
                 checkpoint.open_for_writing()
             except BaseException:
@@ -254,7 +266,14 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         raise
 
 
-def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None) -> Checkpoint:
+def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carried: bytes | None) -> Checkpoint:
+    if carried is not None:
+        decoded = decode_parse(carried, source, limits)
+        if decoded is not None:
+            try:
+                return Checkpoint(source, decoded, limits)
+            except CkptfsError:  # a tree the parse would not have made: parsed below
+                pass
     if cache is not None:
         cached = cache.load(source, limits)
         if cached is not None:

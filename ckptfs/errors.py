@@ -61,7 +61,14 @@ class OutputError(CkptfsError):
 
 
 class ObjectChangedError(SourceError):
-    """A remote object was replaced while open: its bytes would mix two versions."""
+    """A remote object was replaced while open: its bytes would mix two versions. Its message ends with
+    ``REOPEN``, what a program does; a mount says ``MOUNT_REOPEN`` instead (``for_mount``)."""
+
+    REOPEN = "open it again (ckptfs.open, a new ckpt:// file system) to read the new version"
+    MOUNT_REOPEN = "unmount and mount it again"
+
+    def for_mount(self) -> str:
+        return str(self).replace(self.REOPEN, self.MOUNT_REOPEN)
 
 
 class NoSuchObjectError(SourceError):

@@ -76,7 +76,9 @@ def stop(process: subprocess.Popen) -> None:
 
 
 class Nginx:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, upstream: str | None = None) -> None:
+        """Serves ``base/www``, or with ``upstream`` (a URL) is a proxy in front of it, logging each request alike
+        (the Host header passed on, so that S3 signatures made for the proxy's address check)."""
         self.root = base / "www"
         self.root.mkdir()
         self.log = base / "access.log"
@@ -111,13 +113,19 @@ http {{
         listen 127.0.0.1:{self.tls_port} ssl;
         ssl_certificate {self.certificate};
         ssl_certificate_key {base}/key.pem;
-        root {self.root};
+        {self._serving(upstream)}
     }}
 }}
 """)
         self.process = subprocess.Popen([self.binary(), "-p", str(base), "-c", str(config), "-e", f"{base}/error.log"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_for_port(self.port, self.process)
+
+    def _serving(self, upstream: str | None) -> str:
+        if upstream is None:
+            return f"root {self.root};"
+        return (f"location / {{ proxy_pass {upstream}; proxy_set_header Host $http_host; proxy_http_version 1.1; "
+                f"proxy_set_header Connection \"\"; proxy_buffering off; }}")
 
     @staticmethod
     def binary() -> str:
@@ -154,12 +162,12 @@ http {{
         return len(self.since(0))
 
 
-def nginx_server(base: Path) -> Iterator[Nginx]:
+def nginx_server(base: Path, upstream: str | None = None) -> Iterator[Nginx]:
     if not os.path.exists(Nginx.binary()):
         _missing("nginx (apt-get install nginx-light)")
     if shutil.which("openssl") is None:
         _missing("openssl (apt-get install openssl)")
-    server = Nginx(base)
+    server = Nginx(base, upstream)
     try:
         yield server
     finally:
@@ -303,6 +311,14 @@ def fault_proxy(nginx: Nginx) -> Iterator[FaultProxy]:
 @pytest.fixture(scope="session")
 def moto_s3() -> Iterator[MotoS3]:
     yield from moto_server()
+
+
+@pytest.fixture(scope="session")
+def moto_proxy(moto_s3: MotoS3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
+    """nginx in front of moto: its access log counts the requests and bytes an S3 client makes."""
+    base = tmp_path_factory.mktemp("moto-proxy")
+    os.chmod(base, 0o755)
+    yield from nginx_server(base, moto_s3.url)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ LAYERS = [
     ["ckptfs.checkpoint"],
     ["ckptfs.fs", "ckptfs.saving"],
     ["ckptfs.fuse", "ckptfs.fsspec"],
+    ["ckptfs.dask"],
     ["ckptfs.cli", "ckptfs.__main__"],
 ]
 """Bottom first: a module may import its own layer's modules and those of the layers below it."""

@@ -44,40 +44,67 @@ class MetadataCache:
         data = self.store.read(key)
         if data is None:
             return None
-        from ckptfs.cache.entry_file import decode_entry  # numpy: imported when there is an entry to read
-        from ckptfs.cache.parsed_codec import decode_parsed
-
-        try:
-            with gc_paused():  # hundreds of thousands of long-lived records: nothing for the collector
-                return decode_parsed(decode_entry(key, data), source, limits)
-        except BadEntry:
+        parsed = _decode(key, data, source, limits)
+        if parsed is None:
             self.store.discard(key)
-            return None
+        return parsed
 
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
         if tensors < max(MIN_TENSORS, MIN_TENSORS_BY_FORMAT.get(parsed.format, 0)):
             return
-        from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
-        from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
+        from ckptfs.cache.parsed_codec import CACHED_FORMATS
 
         if parsed.format not in CACHED_FORMATS:
             return
         key = source_key(source, limits)
-        if key is None:
-            return
-        try:
-            data = encode_entry(key, encode_parsed(parsed, source))
-        except NotCacheable:
-            return
-        if source_key(source, limits) == key:
+        data = None if key is None else _encode(key, source, parsed)
+        if data is not None and source_key(source, limits) == key:
+            assert key is not None
             self.store.write(key, data)
 
     def discard(self, source: ByteSource, limits: Limits) -> None:
         key = source_key(source, limits)
         if key is not None:
             self.store.discard(key)
+
+
+def encode_parse(source: ByteSource, limits: Limits, parsed: ParsedCheckpoint) -> bytes | None:
+    """``parsed`` as an entry's bytes, to carry elsewhere (a pickled ``ckpt`` file system), whatever its size; None
+    for a format or source the cache does not keep."""
+    key = source_key(source, limits)
+    return None if key is None else _encode(key, source, parsed)
+
+
+def decode_parse(data: bytes, source: ByteSource, limits: Limits) -> ParsedCheckpoint | None:
+    """The parse ``encode_parse`` made, if ``data`` checks as an entry for ``source`` as it is now (the same
+    object version, file state and limits) and every value in it checks; else None: the source is parsed."""
+    key = source_key(source, limits)
+    return None if key is None else _decode(key, data, source, limits)
+
+
+def _encode(key: str, source: ByteSource, parsed: ParsedCheckpoint) -> bytes | None:
+    from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
+    from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
+
+    if parsed.format not in CACHED_FORMATS:
+        return None
+    try:
+        return encode_entry(key, encode_parsed(parsed, source))
+    except NotCacheable:
+        return None
+
+
+def _decode(key: str, data: bytes, source: ByteSource, limits: Limits) -> ParsedCheckpoint | None:
+    from ckptfs.cache.entry_file import decode_entry  # numpy: imported when there is an entry to read
+    from ckptfs.cache.parsed_codec import decode_parsed
+
+    try:
+        with gc_paused():  # hundreds of thousands of long-lived records: nothing for the collector
+            return decode_parsed(decode_entry(key, data), source, limits)
+    except BadEntry:
+        return None
 
 
 def open_cache(cache_dir: str | os.PathLike[str] | None) -> MetadataCache | None:

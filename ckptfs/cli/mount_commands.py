@@ -94,6 +94,8 @@ def add_mount_commands(sub: Any) -> None:
                           "views=LIST (the files shown beside the tensors': json, npy, q_scales, q_zero_points, "
                           "safetensors, zarr; default all), noviews (tensor files and the index only), nest (--nest), "
                           "state_dict (a pickled nn.Module as its state_dict(), as ls --state-dict), "
+                          "zarr_chunk=SIZE (/.zarr's chunks: whole rows of at most SIZE bytes, default 4MiB; 0: one "
+                          "chunk an array), "
                           "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "

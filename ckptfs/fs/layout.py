@@ -46,19 +46,18 @@ import threading
 from typing import Any, Collection
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.fs.files import value_bytes
+from ckptfs.fs.contents import Contents
 from ckptfs.fs.index import make_index
-from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME, ROOT_VALUE_NAME, child_names
+from ckptfs.fs.lookup import child_position, listed_names, names_of
+from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME
 from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
-from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import VIEW_NAMES, View, view_names
 from ckptfs.fs.views import views as make_views
-from ckptfs.fs.zarr import ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
-from ckptfs.fs.zarr import document as zarr_document
+from ckptfs.fs.zarr import ZARR_CHUNK, ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Key, Tensor
 from ckptfs.model.tree import is_container
@@ -72,30 +71,31 @@ FIRST_BLOCK_INO = 16
 SLOTS = 1 << SLOT_BITS
 """Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, a per-channel
 quantized tensor's scales and zero points, three kept for later views)."""
-CACHED_VALUE_SIZES = 4096
-"""Values whose file sizes ``Layout`` remembers by identity."""
 DIR_CACHE_SIZE = 4096
 """Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
 
-class Layout:
+class Layout(Contents):
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
-    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 zarr_chunk: int = ZARR_CHUNK) -> None:
         """``views``: the views shown (``fs.views.VIEW_NAMES``; the tensors' files and the index always are);
-        ``nest``: dicts' dotted keys shown as directories (``fs.nest``)."""
-        self.checkpoint = checkpoint
+        ``nest``: dicts' dotted keys shown as directories (``fs.nest``); ``zarr_chunk``: ``/.zarr``'s chunk bytes."""
+        self.checkpoint, self.zarr_chunk = checkpoint, zarr_chunk
         self.view_names = view_names(views)
         root = checkpoint.root
         self.boxed = not is_container(root)
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
-        self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
+        with gc_paused():  # the collector's passes over the parse's records, which all live on, cost 2-4x the walk
+            self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
         self._dirs: dict[str, Dir] = {}
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
         index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)
         self.control.entries = {INDEX_NAME: index}
         self.control.head = [index]
+        self.zarr_root = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, False, zarr_chunk)
         self._lock = threading.RLock()
         self._made: tuple[int, Any] | None = None
         """The last index or ``model.safetensors`` made, by its inode number: one at a time, as each is tens of MiB
@@ -133,7 +133,7 @@ class Layout:
         if node is None:
             node = self.root
         for full, name in reversed(unresolved):
-            child = self.entries(node).get(name)
+            child = self.own_entry(node, name)
             if not isinstance(child, Dir):
                 return None
             if len(self._dirs) >= DIR_CACHE_SIZE:
@@ -153,17 +153,54 @@ class Layout:
 
     def entry(self, directory: Dir, name: str) -> Node | None:
         """The entry called ``name`` in the directory, views included, or None."""
-        found = self.entries(directory).get(name)
+        found = self.own_entry(directory, name)
         if found is not None or isinstance(directory, ZarrDir):
             return found
         for view in self.views:
             if name.endswith(view.suffix):
                 # No child's name ends with a view's suffix (fs.names): the rest of the name is the tensor's.
-                child = directory.entries.get(name[: -len(view.suffix)])  # type: ignore[union-attr]
+                child = self.own_entry(directory, name[: -len(view.suffix)])
                 if (child is not None and (child.kind is Kind.TENSOR or child.kind is Kind.LINK)
                         and isinstance(child.value, Tensor) and view.shows(child.value)):
                     return ViewNode.beside(child, view)
         return None
+
+    def own_entry(self, directory: Dir, name: str) -> Node | None:
+        """``entries(directory).get(name)``; before the entries are made, only the entry called ``name`` is
+        (``fs.lookup``): a path's lookup costs its depth, not its directories' sizes."""
+        if directory.entries is not None or isinstance(directory, ZarrDir):
+            return self.entries(directory).get(name)
+        if directory is self.root and name in (CONTROL_DIR, ZARR_DIR):
+            return self.control if name == CONTROL_DIR else self.zarr_root if "zarr" in self.view_names else None
+        if name == SAFETENSORS_NAME:
+            return self._bundle(directory) if self._has_safetensors(directory) else None
+        position = child_position(self.places, directory, name, self.boxed and directory is self.root)
+        return None if position is None else self._child_at(directory, position, name)
+
+    def _child_at(self, directory: Dir, position: int, name: str | None = None) -> Node:
+        """The node of the directory's child at ``position`` (called ``name``), made alone unless the entries are."""
+        with self._lock:
+            if directory.entries is not None:
+                return directory.children[position]
+            made = directory.made = directory.made or {}
+            found = made.get(position)
+            if found is None:
+                key, child = self.places.pairs(directory.value)[position]
+                if name is None:
+                    name = names_of(self.places, directory, self.boxed and directory is self.root)[0][position]
+                ino = self.places.block(directory.value) + SLOTS * position
+                found = made[position] = self._node(directory, position, key, child, name, ino)
+            return found
+
+    def _bundle(self, directory: Dir) -> Node:
+        """The directory's ``model.safetensors`` node (one, whether looked up or listed first)."""
+        with self._lock:
+            made = directory.made = directory.made or {}
+            found = made.get(-1)
+            if found is None:
+                ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
+                found = made[-1] = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, directory.value)
+            return found
 
     def listing(self, directory: Dir) -> list[Node]:
         """The directory's entries in listing order: each child followed by its views."""
@@ -209,19 +246,19 @@ class Layout:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
             entries[CONTROL_DIR] = self.control
             if "zarr" in self.view_names:
-                entries[ZARR_DIR] = ZarrDir(ZARR_INO + 4 * ROOT_INO, ZARR_DIR, self.root, self.root, array=False)
+                entries[ZARR_DIR] = self.zarr_root
             directory.head = [self.control]
-        names = [ROOT_VALUE_NAME] if self.boxed else child_names([key for key, _ in pairs])
+        names = listed_names(self.places, directory, self.boxed and directory is self.root)
+        made = directory.made or {}
         for position, (key, child) in enumerate(pairs):
             name = names[position]
-            node = self._node(directory, position, key, child, name, base + SLOTS * position)
+            node = made.get(position) or self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
             kids.append(node)
         if self._has_safetensors(directory):
-            ino = SAFETENSORS_INO if directory is self.root else directory.ino + 1
-            bundle = Node(ino, Kind.BUNDLE, SAFETENSORS_NAME, directory, None, container)
-            entries[SAFETENSORS_NAME] = bundle
+            bundle = entries[SAFETENSORS_NAME] = self._bundle(directory)
             directory.tail = [bundle]
+        directory.made = directory.named = None
         directory.plan = listing_plan([child for _, child in pairs], self.views)
         directory.children = kids
         directory.entries = entries
@@ -271,7 +308,7 @@ class Layout:
         node: Node = self.root
         for index in reversed(positions):
             assert isinstance(node, Dir)
-            node = self.children(node)[index]
+            node = self._child_at(node, index)
         return node
 
     def path_of(self, node: Node) -> str:
@@ -294,88 +331,6 @@ class Layout:
         parts = [".."] * (len(here) - common) + [n.name for n in there[common:]]
         path = "/".join(parts) or "."
         return path + node.view.suffix if isinstance(node, ViewNode) else path
-
-    # -- contents ----------------------------------------------------------------
-
-    def size(self, node: Node) -> int:
-        if node.size < 0:
-            node.size = self._size(node)
-        return node.size
-
-    def sizes(self, nodes: list[Node]) -> list[int]:
-        """``[self.size(node) for node in nodes]``, each view's made together: listings need every one."""
-        for view in self.views:
-            shown = [node for node in nodes if node.size < 0 and node.kind is Kind.VIEW and node.view is view]
-            for node, size in zip(shown, view.sizes([node.value for node in shown])):
-                node.size = size
-        return [node.size if node.size >= 0 else self.size(node) for node in nodes]
-
-    def _size(self, node: Node) -> int:
-        kind = node.kind
-        if kind is Kind.TENSOR:
-            tensor: Tensor = node.value
-            return tensor.nbytes if tensor.has_data else 0
-        if kind is Kind.DIR:
-            return 0
-        if kind is Kind.LINK or kind is Kind.VIEW_LINK:
-            return len(self.link_target(node).encode("utf-8"))
-        if kind is Kind.BUNDLE or kind is Kind.INDEX:
-            with self._lock:
-                kept = self._made
-                size = self.safetensors(node).size if kind is Kind.BUNDLE else len(self.index_bytes())
-                self._made = kept  # a listing needs its size only: made again when opened
-                return size
-        if kind is Kind.ZARR_CHUNK:
-            return node.value.nbytes  # type: ignore[no-any-return]
-        if isinstance(node, ViewNode):
-            return node.view.sizes([node.value])[0]
-        if kind is Kind.VALUE:
-            return self.value_size(node.value)
-        return len(self.content(node))
-
-    def value_size(self, value: Any) -> int:
-        """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
-        if isinstance(value, (bytes, bytearray)):
-            return len(value)
-        if isinstance(value, str) and value.isascii():
-            return len(value) + 1
-        cached = self._value_sizes.get(id(value))
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        size = len(value_bytes(value))
-        if len(self._value_sizes) >= CACHED_VALUE_SIZES:
-            self._value_sizes.clear()
-        self._value_sizes[id(value)] = (value, size)
-        return size
-
-    def pieces(self, node: Node) -> list[Piece]:
-        """What a file holds: a tensor's bytes (its stored extents, or to be gathered), a view's, a value's,
-        the index. Opening a tensor's file checks its storage's framing (``Checkpoint.extents``)."""
-        if node.kind is Kind.TENSOR:
-            tensor: Tensor = node.value
-            return tensor_pieces(tensor, self.checkpoint.extents(tensor) if tensor.nbytes else None)
-        if isinstance(node, ViewNode):
-            return node.view.pieces(node.value)
-        if node.kind is Kind.BUNDLE:
-            return self.safetensors(node).pieces(self.checkpoint.extents)
-        if node.kind is Kind.ZARR_CHUNK:
-            return tensor_pieces(node.value, self.checkpoint.extents(node.value))
-        return [Literal(self.content(node))]
-
-    def content(self, node: Node) -> bytes | bytearray:
-        """The bytes of a view, value or index file, whole."""
-        if isinstance(node, ViewNode):
-            pieces = node.view.pieces(node.value)
-            if all(isinstance(piece, Literal) for piece in pieces):
-                return b"".join(piece.data for piece in pieces)  # type: ignore[union-attr]
-            raise ValueError(f"{node.name} is not made of generated bytes alone: read its pieces")
-        if node.kind is Kind.VALUE:
-            return value_bytes(node.value)
-        if node.kind is Kind.INDEX:
-            return self.index_bytes()
-        if node.kind is Kind.ZARR:
-            return zarr_document(node)
-        raise ValueError(f"{node.kind.value} entries have no generated content")
 
     def index_bytes(self) -> bytearray:
         """The index (made on first use); a bytearray not to be changed: the text is not copied to a bytes."""

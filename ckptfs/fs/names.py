@@ -95,6 +95,13 @@ def child_names(keys: list[Key]) -> list[str]:
     return names
 
 
+def only_str_key(name: str) -> bool:
+    """Whether no key but the str key spelled as ``name`` can have that name, in any container: ``name`` is
+    neither escaped, shortened nor an int's name. ``child_names`` renames such a key only beside a key of the same
+    name, which a dict cannot hold."""
+    return bool(name) and _INT_NAME.fullmatch(name) is None and entry_name(name) == name
+
+
 def key_of_name(name: str, int_key: bool = False) -> Any:
     """The key an entry name stands for, as the index writes keys (JSON); ValueError for shortened names.
 

@@ -100,7 +100,7 @@ class Dir(Node):
     tensor's node and ``plan``, so a directory of N tensors holds N nodes and ``4 N`` bytes of plan, not 3 N nodes.
     """
 
-    __slots__ = ("entries", "head", "plan", "tail", "children")
+    __slots__ = ("entries", "head", "plan", "tail", "children", "made", "named")
 
     def __init__(self, ino: int, name: str, parent: Dir | None, key: Key, value: Any) -> None:
         super().__init__(ino, Kind.DIR, name, parent, key, value)
@@ -115,6 +115,11 @@ class Dir(Node):
         """Listed last (``model.safetensors``)."""
         self.children: list[Node] = []
         """One node per child of the container, by position."""
+        self.made: dict[int, Node] | None = None
+        """Before ``entries`` are made: the children looked up one at a time, by position (``model.safetensors`` at
+        -1), kept so that the full build reuses them (one node per entry whichever comes first)."""
+        self.named: tuple[list[str], dict[str, int]] | None = None
+        """Before ``entries`` are made: the children's names by position and their positions by name (``fs.lookup``)."""
 
     def listed(self, start: int, stop: int, by_slot: list[View | None]) -> list[Node]:
         """Entries ``start`` to ``stop`` of the listing (made: ``fs.layout``), views by their slot."""

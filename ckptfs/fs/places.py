@@ -21,12 +21,12 @@ POSITION_BITS = 32
 class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
-    __slots__ = ("_nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
+    __slots__ = ("nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
 
     def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
         ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here."""
-        self._nest = nest
+        self.nest = nest
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
@@ -54,15 +54,33 @@ class Places:
             number = len(containers)
             containers.append(value)
             pairs = value.pairs if isinstance(value, Group) else children(value)
-            if self._nest and isinstance(value, dict):
+            if self.nest and isinstance(value, dict):
                 pairs = nested(pairs)
             kids[id(value)] = pairs
             block[id(value)] = next_block
             next_block += slots * len(pairs)
+            values = [child for _, child in pairs]
+            if not any(map(holds, values)):
+                self._leaves(values, number, branch)
+                continue
             for index in range(len(pairs) - 1, -1, -1):
                 child = pairs[index][1]
                 if (isinstance(child, Tensor) or holds(child)) and id(child) not in first:
                     stack.append((child, number, index, child if number == 1 else branch))
+
+    def _leaves(self, values: list[Any], number: int, branch: Any) -> None:
+        """``_walk`` for the children of container ``number`` when none is a container: they are met next, in order,
+        so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000)."""
+        base = number << POSITION_BITS
+        found = {id(value): base | index for index, value in reversed(list(enumerate(values)))
+                 if isinstance(value, Tensor)}
+        for seen in found.keys() & self._first.keys():
+            del found[seen]
+        self._first.update(found)
+        if number == 1:  # a child of the root is its own branch
+            self._holding_tensors.update(found)
+        elif found and branch is not None:
+            self._holding_tensors.add(id(branch))
 
     def pairs(self, container: Any) -> list[tuple[Key, Any]]:
         return self._pairs[id(container)]

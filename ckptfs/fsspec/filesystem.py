@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import cached_property
 from typing import Any, Collection
 
 from fsspec.archive import AbstractArchiveFileSystem
@@ -35,9 +36,11 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, read_content
 from ckptfs.fs.resolve import LINK_KINDS, link_path, resolve
-from ckptfs.fs.views import VIEW_NAMES
+from ckptfs.fs.views import VIEW_NAMES, view_names
+from ckptfs.fs.zarr import ZARR_CHUNK
+from ckptfs.fsspec.pickled import Carried, restore
 from ckptfs.fsspec.targets import target_source
-from ckptfs.limits import Limits
+from ckptfs.limits import Limits, parse_quantity
 from ckptfs.model.records import Tensor
 
 
@@ -47,20 +50,39 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
     protocol = "ckpt"
     root_marker = ""
     cachable = False
-    """Like ``zip`` and ``tar``: each instance opens the checkpoint it is given, as it is then."""
+    """Like ``zip`` and ``tar``: each instance made opens the checkpoint it is given, as it is then. Unpickled copies
+    of one instance are shared in a process instead (``pickled``): they read the version it opened."""
 
     def __init__(self, fo: Any = "", target_protocol: str | None = None, target_options: dict[str, Any] | None = None,
                  limits: Limits | None = None, views: Collection[str] = VIEW_NAMES, nest: bool = False,
+                 cache_dir: str | os.PathLike[str] | None = None, zarr_chunk: int | str = ZARR_CHUNK,
+                 _carried: Carried | None = None,
                  **kwargs: Any) -> None:
         """``fo``: the checkpoint, a path or URL (read through ``target_protocol`` and ``target_options``, as
         ``fsspec.open`` would: ``fsspec.targets``), an open binary file or a ``ckptfs.sources.ByteSource``;
         ``limits``: the safety limits (``ckptfs.Limits``); ``views``: the views shown (``json``, ``npy``,
         ``q_scales``, ``q_zero_points``, ``safetensors``, ``zarr``; default all), as a list or a comma-separated
-        text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``."""
+        text; ``nest``: dicts' dotted keys as directories, as ``ckptfs mount --nest``; ``cache_dir``: the metadata
+        cache's folder (as ``ckptfs --cache-dir``; default none): an unchanged checkpoint opened again is read from
+        there instead of parsed; ``zarr_chunk``: bytes of a ``.zarr`` array's chunk (an int or ``"4MiB"``; whole
+        rows, 0: one chunk an array, as ``-o zarr_chunk``). ``_carried``: what a pickle of another instance
+        carries (``pickled``). The tree (``layout``) is made on first use: a task reading tensors through
+        ``checkpoint`` (``ckptfs.dask``) never makes it."""
         super().__init__(**kwargs)
         self.fo = fo
-        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options), limits or Limits())
-        self.layout = Layout(self.checkpoint, views=_view_list(views), nest=nest)
+        limits = limits or Limits()
+        parse = None if _carried is None else _carried.unpacked(limits)
+        self.checkpoint = open_checkpoint(target_source(fo, target_protocol, target_options,
+                                                        None if _carried is None else _carried.pinned),
+                                          limits, cache_dir=cache_dir, parse=parse)
+        self._tree = (view_names(_view_list(views)), nest,
+                      parse_quantity(zarr_chunk) if isinstance(zarr_chunk, str) else int(zarr_chunk))
+        self._packed: bytes | None = None
+
+    @cached_property
+    def layout(self) -> Layout:
+        views, nest, zarr_chunk = self._tree
+        return Layout(self.checkpoint, views=views, nest=nest, zarr_chunk=zarr_chunk)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -141,6 +163,14 @@ class CheckpointFileSystem(AbstractArchiveFileSystem):
         if mode != "rb":
             raise OSError(errno.EROFS, f"{os.strerror(errno.EROFS)}: a checkpoint opens for reading only", path)
         return CheckpointFile(self, path, self._content(path), block_size, cache_options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with the version its source pinned and its parse (``pickled``)."""
+        options = {key: value for key, value in self.storage_options.items() if key != "_carried"}
+        if self._packed is None:
+            self._packed = Carried.pack(self.checkpoint.encoded_parse())
+        carried = Carried(getattr(self.checkpoint.source, "pinned", None), self._packed)
+        return restore, (type(self), self.storage_args, options, carried)
 
     def close(self) -> None:
         """Closes the checkpoint's source (also when the file system is garbage-collected)."""

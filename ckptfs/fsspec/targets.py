@@ -26,9 +26,11 @@ S3FS_OPTIONS = {"key": "access_key_id", "secret": "secret_access_key", "token": 
 """s3fs's names of the options an s3:// source of ckptfs takes."""
 
 
-def target_source(fo: Any, protocol: str | None, options: Mapping[str, Any] | None) -> ByteSource:
+def target_source(fo: Any, protocol: str | None, options: Mapping[str, Any] | None,
+                  pinned: tuple[int, str | None, str | None, int | None] | None = None) -> ByteSource:
     """What ``fo`` names: a ckptfs ``ByteSource`` as it is, an open binary file, a local file (read with
-    ``pread``), an s3:// or http(s):// object read by ckptfs, or a file of another fsspec file system."""
+    ``pread``), an s3:// or http(s):// object read by ckptfs (at the version ``pinned`` when given:
+    ``RemoteOptions.pinned``), or a file of another fsspec file system."""
     if hasattr(fo, "read") and hasattr(fo, "size") and hasattr(fo, "reopen"):
         return fo  # type: ignore[no-any-return]
     if hasattr(fo, "read") and hasattr(fo, "seek"):
@@ -40,7 +42,7 @@ def target_source(fo: Any, protocol: str | None, options: Mapping[str, Any] | No
         full = url if "://" in url else f"{'s3' if scheme in S3_PROTOCOLS else scheme}://{url}"
         remote = remote_options(scheme, given)
         if remote is not None:
-            return open_source(full.replace("s3a://", "s3://", 1), remote)
+            return open_source(full.replace("s3a://", "s3://", 1), remote._replace(pinned=pinned))
     fs, path = fsspec.core.url_to_fs(url, **({"protocol": protocol} if protocol else {}), **given)
     if isinstance(fs, LocalFileSystem):
         return open_source(path)

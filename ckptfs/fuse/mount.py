@@ -97,7 +97,7 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
                                      cache_dir, mode="r+" if options.rw else "r")
         try:
             shown = checkpoint.as_state_dict() if options.state_dict else checkpoint
-            layout = Layout(shown, views=options.views, nest=options.nest)
+            layout = Layout(shown, views=options.views, nest=options.nest, zarr_chunk=options.zarr_chunk)
             check_fuse()
         except BaseException:
             checkpoint.close()

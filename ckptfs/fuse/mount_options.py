@@ -4,7 +4,7 @@
 (``allow_other``, ``allow_root``,
 ``auto_unmount``, ``fsname=``), the owner and modes of every file (``uid=``,
 ``gid=``, ``umask=``, applied by ckptfs), the views shown (``views=json,npy``, ``noviews``: see
-``fs.views.VIEW_NAMES``), the kernel's mount flags
+``fs.views.VIEW_NAMES``), ``/.zarr``'s chunk bytes (``zarr_chunk=4MiB``), the kernel's mount flags
 (``noexec``, ``noatime`` …, passed on), and the options mount(8) and systemd
 keep for themselves (``defaults``, ``noauto``, ``nofail``, ``x-systemd.*`` …),
 which say when and by whom to mount and are ignored here. libfuse 3 refuses any
@@ -21,6 +21,8 @@ from typing import Any, Iterable
 
 from ckptfs.errors import MountError
 from ckptfs.fs.views import VIEW_NAMES, UnknownViewError, view_names
+from ckptfs.fs.zarr import ZARR_CHUNK
+from ckptfs.limits import parse_quantity
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class MountOptions:
     """``-o nocache``: no cache on disk (``--no-cache``)."""
     rw: bool = False
     """``-o rw``: writable tensors' files take writes into the checkpoint, in place (``fuse.writable``)."""
+    zarr_chunk: int = ZARR_CHUNK
+    """``-o zarr_chunk=SIZE``: bytes of a ``/.zarr`` array's chunk (whole rows; 0: one chunk an array)."""
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
@@ -104,7 +108,7 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 changes["rw"] = not rw_as_ro
             elif option == "ro":
                 changes["rw"] = False
-            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir"):
+            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir", "zarr_chunk"):
                 changes[name] = _value(name, value)
             elif after_views and not has_value and not sloppy:
                 # views=json,foo: a misspelt view, refused below as views=zzz is.
@@ -140,6 +144,11 @@ def _value(name: str, text: str) -> int | str:
         if not 0 <= umask <= 0o777:
             raise MountError("expected an octal mode from 000 to 777", where)
         return umask
+    if name == "zarr_chunk":
+        try:
+            return parse_quantity(text)
+        except ValueError as exc:
+            raise MountError(str(exc), where) from None
     if not text:
         raise MountError("expected a value", where)
     return text

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.errors import CkptfsError, SourceError
+from ckptfs.errors import CkptfsError, ObjectChangedError, SourceError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Part, SourceBytes, part_bytes
@@ -299,7 +299,8 @@ class CheckpointFS:
             else:
                 address = libfuse.bufvec(self._buffers(opened.content.cover(offset, count)))
         except Exception as exc:  # one bad read is one EIO and a log line: the daemon serves on
-            log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset, exc)
+            log.error("%s: read of %d bytes at offset %d: %s", opened.path, count, offset,
+                      exc.for_mount() if isinstance(exc, ObjectChangedError) else exc)
             return -errno.EIO
         _VOIDP.from_address(bufpp).value = address
         return 0

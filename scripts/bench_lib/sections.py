@@ -50,6 +50,12 @@ def _write_checks(bench: Bench) -> None:
     write.define_checks(bench)
 
 
+def _distributed(bench: Bench) -> None:
+    import dask_cluster  # dask and distributed: installed for this section (scripts/bench --sections distributed)
+
+    bench.res.meta["distributed_table"] = dask_cluster.run(bench, log)
+
+
 def _write_fill(bench: Bench) -> None:
     bench.res.meta["write_fill_table"] = write_fill.run(bench)
 
@@ -61,6 +67,7 @@ SECTIONS = (
     Section(("views",), _views, _views_checks, default=False),
     Section(("remote",), _remote, default=False),
     Section(("scale",), _scale, _scale_checks, default=False, own_checkpoint=True),
+    Section(("distributed",), _distributed, default=False, own_checkpoint=True),
     Section(("write",), write.run, _write_checks, default=False, own_checkpoint=True),
     Section(("write-fill",), _write_fill, default=False, own_checkpoint=True),
 )

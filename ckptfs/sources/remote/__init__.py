@@ -37,11 +37,13 @@ HTTP_CANNOT_LIST = ("an http(s):// server has no listing, and without a .metadat
 def open_remote(url: str, options: RemoteOptions = RemoteOptions()) -> ByteSource:
     """The object or prefix a URL names, opened (an object's first request, its suffix GET, is made)."""
     if _path_of(url).endswith("/"):
-        return open_prefix(url, options)
+        return open_prefix(url, options._replace(pinned=None))
+    if options.pinned is not None:
+        return _open_object(url, options)
     try:
         return _open_object(url, options)
     except NoSuchObjectError:
-        prefix = open_prefix(_with_slash(url), options)
+        prefix = open_prefix(_with_slash(url), options._replace(pinned=None))
         try:
             found = prefix.exists()
         except SourceError:
@@ -81,7 +83,7 @@ def _member_options(options: RemoteOptions) -> RemoteOptions:
 
 
 def _open_object(url: str, options: RemoteOptions) -> ByteSource:
-    from ckptfs.sources.remote.ranged_get import Endpoint, RangedGetter
+    from ckptfs.sources.remote.ranged_get import Endpoint, ObjectVersion, RangedGetter
     from ckptfs.sources.remote.retry import RetryPolicy
     from ckptfs.sources.remote.source import RemoteSource
 
@@ -106,7 +108,9 @@ def _open_object(url: str, options: RemoteOptions) -> ByteSource:
         from ckptfs.sources.remote.s3_endpoint import S3Endpoint
 
         endpoint = S3Endpoint(url, s3_settings(options, name))
-    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size, options.disk_cache)
+    pinned = None if options.pinned is None else ObjectVersion(*options.pinned)
+    return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size, options.disk_cache,
+                        pinned)
 
 
 def _s3_lister(url: str, options: RemoteOptions, name: str) -> Lister:

@@ -49,6 +49,10 @@ class RemoteOptions(NamedTuple):
     storage_options: Mapping[str, str] = MappingProxyType({})
     cache_size: int = DEFAULT_CACHE_SIZE
     disk_cache: DiskCacheSetting | None = None
+    pinned: tuple[int, str | None, str | None, int | None] | None = None
+    """An object's version an earlier open pinned (size, ETag, version id, Last-Modified in ns: a
+    ``RemoteSource.pinned``): the object opens without a request and every read asks for that version, so a
+    copy made elsewhere (an unpickled ``ckpt`` file system) reads what the first open read, or fails."""
 
     def number(self, name: str, default: float) -> float:
         """A numeric storage option of ours (``tail_size`` with a unit if wanted, ``retries``, ``timeout``)."""

@@ -171,7 +171,7 @@ class RangedGetter:
             raise PermanentError("the object is empty (416 to a suffix range)")
         elif status == 412:
             raise ObjectChangedError("the object was replaced since it was opened (If-Match failed); "
-                                     "unmount and mount it again", self.endpoint.name)
+                                     + ObjectChangedError.REOPEN, self.endpoint.name)
         else:
             what = f"HTTP {status} {status_phrase(status, response.reason)}{_error_detail(response)}"
             if status in TRANSIENT_STATUS:
@@ -212,7 +212,7 @@ class RangedGetter:
         if size != pinned.size or (etag and pinned.etag and etag != pinned.etag) or (
                 version_id and pinned.version_id and version_id != pinned.version_id):
             raise ObjectChangedError(f"the object was replaced since it was opened (now {size} bytes, ETag {etag}); "
-                                     "unmount and mount it again", self.endpoint.name)
+                                     + ObjectChangedError.REOPEN, self.endpoint.name)
 
 
 def status_phrase(status: int, reason: str) -> str:

@@ -22,7 +22,7 @@ from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
 from ckptfs.sources.remote.cache import BLOCK, BufferPool, ExtentCache, ReadAhead
 from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
-from ckptfs.sources.remote.ranged_get import RangedGetter
+from ckptfs.sources.remote.ranged_get import ObjectVersion, RangedGetter
 
 MiB = 1 << 20
 PART = 8 * MiB
@@ -37,19 +37,25 @@ log = logging.getLogger("ckptfs.sources.remote")
 
 class RemoteSource:
     def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int,
-                 disk_cache: DiskCacheSetting | None = None) -> None:
+                 disk_cache: DiskCacheSetting | None = None, pinned: ObjectVersion | None = None) -> None:
+        """``pinned``: the version an earlier open pinned (``pinned``): opened without a request, read at it."""
         self._getter = getter
         self.name = getter.endpoint.name
-        tail = getter.get_tail(tail_size)
+        if pinned is None:
+            tail = getter.get_tail(tail_size)
+        else:
+            getter.version, tail = pinned, b""
         assert getter.version is not None
         self.size = getter.version.size
         self._mtime_ns = getter.version.mtime_ns or 0
         self._lock = threading.Lock()
         self._buffers = BufferPool(min(POOL_SIZE, cache_size))
         self._cache = ExtentCache(cache_size, self._buffers)
-        self._cache.put(self.size - len(tail), tail, pinned=True)
-        self.tail_hint = len(tail)
-        """Opening a checkpoint reads this tail first: the suffix request above holds it (``sources.base``)."""
+        if tail:
+            self._cache.put(self.size - len(tail), tail, pinned=True)
+        self.tail_hint = len(tail) or min(tail_size, self.size)
+        """Opening a checkpoint reads this tail first: the suffix request above holds it (``sources.base``); opened
+        pinned, one GET of it."""
         self._disk = self._disk_blocks(disk_cache)
         self._ahead = ReadAhead(BLOCK if self._disk is None else UNIT)
         self._pool: ThreadPoolExecutor | None = None
@@ -188,6 +194,13 @@ class RemoteSource:
         parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
         for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
             future.result()
+
+    @property
+    def pinned(self) -> tuple[int, str | None, str | None, int | None]:
+        """The version every read asks for: size, ETag, version id, Last-Modified (``RemoteOptions.pinned``)."""
+        version = self._getter.version
+        assert version is not None
+        return tuple(version)  # type: ignore[return-value]
 
     @property
     def identity(self) -> str | None:
