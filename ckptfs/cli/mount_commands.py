@@ -83,8 +83,9 @@ def add_mount_commands(sub: Any) -> None:
     mnt = sub.add_parser(
         "mount", usage="%(prog)s [options] SOURCE MOUNTPOINT", help="mount a checkpoint read-only: a file per tensor, JSON metadata",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Mount SOURCE read-only at MOUNTPOINT (an empty directory) and return once the mount\n"
-                    "answers; the daemon runs in the background. Unmount with: ckptfs umount MOUNTPOINT")
+        description="Mount SOURCE read-only (-o rw: a torch.save zip's tensors' files take writes, in place) at\n"
+                    "MOUNTPOINT (an empty directory) and return once the mount answers; the daemon runs in the\n"
+                    "background. Unmount with: ckptfs umount MOUNTPOINT")
     mnt.add_argument("source", metavar="SOURCE", help="the checkpoint file or DCP directory, or its URL (s3://, "
                                                       "http(s)://, gs://, ...; a DCP directory's ends in /)")
     mnt.add_argument("mountpoint", metavar="MOUNTPOINT", help="an empty directory")
