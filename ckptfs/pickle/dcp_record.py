@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any
+from typing import Any, Callable
 
 from ckptfs.pickle.values import UNBUILT, Global
 
@@ -30,6 +30,8 @@ CHUNK = Global(_MOD, "ChunkStorageMetadata")
 INDEX = Global(_MOD, "MetadataIndex")
 STORAGE_INFO = Global("torch.distributed.checkpoint.filesystem", "_StorageInfo")
 SIZE = Global("torch", "Size")
+_TENSOR_OPENERS = (0x8C,)  # SHORT_BINUNICODE: a tensor item opens with its name
+_STORAGE_OPENERS = (0x68, 0x6A)  # BINGET, LONG_BINGET: a storage entry opens with MetadataIndex
 
 _G = rb"(h.|j....)"
 _NEW = rb"\)\x81\x94}\x94\("  # EMPTY_TUPLE NEWOBJ MEMOIZE EMPTY_DICT MEMOIZE MARK
@@ -212,11 +214,18 @@ def _value(u: Any, below: int, raw: bytes) -> Any:
 
 def apply_tensor(u: Any, data: bytes, pos: int) -> bool:
     """The tensor items from ``pos`` on; False (nothing done) when the opcodes should run at ``pos``."""
+    return _items(u, data, pos, _TENSOR_OPENERS, _tensor)
+
+
+def _items(u: Any, data: bytes, pos: int, openers: tuple[int, ...],
+           item: Callable[[Any, bytes, int, int], tuple[int, int]]) -> bool:
+    """Items matched one after another while the next byte can open one (``openers``) and the memo and stack
+    have room; False when none was."""
     start = pos
     memo_room, push_room = _room(u)
-    while push_room > 0 and pos < len(data) and data[pos] == 0x8C:
+    while push_room > 0 and pos < len(data) and data[pos] in openers:
         try:
-            pos, puts = _tensor(u, data, pos, memo_room)
+            pos, puts = item(u, data, pos, memo_room)
         except _Fallback:
             break
         memo_room -= puts
@@ -292,16 +301,7 @@ def _tensor(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
 
 def apply_storage(u: Any, data: bytes, pos: int) -> bool:
     """The ``storage_data`` entries from ``pos`` on (each a get of ``MetadataIndex`` first)."""
-    start = pos
-    memo_room, push_room = _room(u)
-    while push_room > 0 and pos < len(data) and (data[pos] == 0x68 or data[pos] == 0x6A):
-        try:
-            pos, puts = _storage(u, data, pos, memo_room)
-        except _Fallback:
-            break
-        memo_room -= puts
-        push_room -= 2
-    return pos != start
+    return _items(u, data, pos, _STORAGE_OPENERS, _storage)
 
 
 def _storage(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
+from typing import Iterator
 
 import ckptfs
 from ckptfs.cli.info import description_text
 from ckptfs.errors import CkptfsError, LimitExceededError
+from ckptfs.pickle import unpickler
 from hostile.conftest import HANG_SECONDS, MEMORY_BOUND, READ_BOUND, WRITE_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
@@ -58,3 +61,14 @@ def assert_cli_error(result: CliResult, path: Path, reason: str) -> None:
     prefix = f"ckptfs: {path}: "
     assert lines[0].startswith(prefix), lines[0]
     assert re.search(reason, lines[0][len(prefix):]), f"{lines[0]!r} does not match {reason!r}"
+
+
+@contextlib.contextmanager
+def fast_paths(on: bool) -> Iterator[None]:
+    """The unpickler's fast paths on or off (off: every opcode through its table step, the reference)."""
+    saved = unpickler.FAST_PATHS
+    unpickler.FAST_PATHS = on
+    try:
+        yield
+    finally:
+        unpickler.FAST_PATHS = saved

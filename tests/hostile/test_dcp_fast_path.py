@@ -9,12 +9,11 @@ every memo and stack limit around the items. Torch's own items must take the fas
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import pickletools
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -38,21 +37,12 @@ from ckptfs.limits import Limits
 from ckptfs.pickle import unpickler
 from ckptfs.pickle.dcp_record import StorageRow, TensorRow
 from ckptfs.pickle.values import UNBUILT, UnbuiltReference
+from hostile.checks import fast_paths
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.int64, torch.bool,
           torch.float64, torch.complex64, torch.float8_e4m3fn, torch.uint16, torch.int32]
 DIMS = [0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**40]
 OFFSETS = [0, 1, 255, 65536, 2**31 - 1, 2**31, 2**40, 2**62]
-
-
-@contextlib.contextmanager
-def fast_paths(on: bool) -> Iterator[None]:
-    saved = unpickler.FAST_PATHS
-    unpickler.FAST_PATHS = on
-    try:
-        yield
-    finally:
-        unpickler.FAST_PATHS = saved
 
 
 def parsed(data: bytes, limits: Limits = Limits()) -> Any:

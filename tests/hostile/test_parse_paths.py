@@ -8,11 +8,10 @@ The same results are required for the torch-written corpus, every hostile case a
 
 from __future__ import annotations
 
-import contextlib
 import random
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -33,21 +32,12 @@ from ckptfs.pickle.machine import no_handler
 from ckptfs.pickle.values import Global, PickledObject, UnhashableKey
 from ckptfs.sources import BytesSource
 from hostile.cases import CASES, Case
+from hostile.checks import fast_paths
 from hostile.fuzz_target import Mutator
 from hostile.seeds import SEED_NAMES
 
 MUTANTS = 600
 DCP_MUTANTS = 300
-
-
-@contextlib.contextmanager
-def fast_paths(on: bool) -> Iterator[None]:
-    saved = unpickler.FAST_PATHS
-    unpickler.FAST_PATHS = on
-    try:
-        yield
-    finally:
-        unpickler.FAST_PATHS = saved
 
 
 def opened(source: str | Path | BytesSource) -> Any:
