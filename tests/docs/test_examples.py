@@ -104,7 +104,8 @@ def test_headline_numpy_example_reads_every_dtype(tmp_path: Path) -> None:
     try:
         for name, tensor in state.items():
             code = headline_example().replace('"m/model/layers.2.bias"', repr(str(mnt / name)))
-            code += "\nimport sys; sys.stdout.buffer.write(np.ascontiguousarray(w).tobytes())\n"
+            # the example's own print first (stdout is block-buffered unless PYTHONUNBUFFERED is set)
+            code += "\nimport sys; sys.stdout.flush(); sys.stdout.buffer.write(np.ascontiguousarray(w).tobytes())\n"
             proc = __import__("subprocess").run([sys.executable, "-c", code], capture_output=True, timeout=60)
             assert proc.returncode == 0, (name, proc.stderr.decode()[-1500:])
             raw = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
