@@ -45,7 +45,10 @@ class WritableCheckpointFS(CheckpointFS):
         """The tensor of each handle opened for writing."""
         source = checkpoint.source.stat()
         writable = (source.mode if source else 0o644) & 0o222 if umask is None else 0o222 & ~umask
-        self._modes[Kind.TENSOR] |= writable
+        # Every entry shows the write bits, so that the kernel's permission check (default_permissions) hands each
+        # change to this file system, which answers it: a write into a tensor, else EROFS, for root and any user.
+        for kind in self._modes:
+            self._modes[kind] |= writable
 
     def open(self, path: str, flags: int) -> int:
         if not flags & _WRITE_FLAGS:

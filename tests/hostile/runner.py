@@ -26,7 +26,7 @@ from ckptfs.cli.main import main as cli_main
 POLL = 0.002
 
 
-def _child(argv: list[str], memory: int, out_fd: int, err_fd: int) -> None:
+def _child(argv: list[str], memory: int, out_fd: int, err_fd: int, counts_fd: int) -> None:
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -43,15 +43,20 @@ def _child(argv: list[str], memory: int, out_fd: int, err_fd: int) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        # The child's own counters, read by itself: once it has exited, /proc/PID/io is root's to read.
+        try:
+            os.write(counts_fd, Path("/proc/self/io").read_bytes())
+        except (OSError, MemoryError):
+            pass
         os._exit(code)
 
 
 def run(argv: list[str], timeout: float, memory: int) -> dict[str, object]:
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as counts:
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _child(argv, memory, out.fileno(), err.fileno())
+            _child(argv, memory, out.fileno(), err.fileno(), counts.fileno())
         timed_out = False
         while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             if time.monotonic() - start > timeout:
@@ -60,8 +65,9 @@ def run(argv: list[str], timeout: float, memory: int) -> dict[str, object]:
                 os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
                 break
             time.sleep(POLL)
-        read, written = _io_counts(pid)  # before reaping: the exited child's counters are still there
         _, status, usage = os.wait4(pid, 0)
+        counts.seek(0)
+        read, written = _io_counts(counts.read().decode())
         wall = time.monotonic() - start
         out.seek(0)
         err.seek(0)
@@ -78,11 +84,11 @@ def run(argv: list[str], timeout: float, memory: int) -> dict[str, object]:
         }
 
 
-def _io_counts(pid: int) -> tuple[int, int]:
-    """Bytes a process read and wrote through system calls (files, pipes; page cache or not): counts of work that
-    a busy machine does not change."""
-    counts = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    return int(counts["rchar"]), int(counts["wchar"])
+def _io_counts(text: str) -> tuple[int, int]:
+    """Bytes the child read and wrote through system calls (files, pipes; page cache or not): counts of work that
+    a busy machine does not change. 0, 0 for a child killed before it could say (a timeout, which fails anyway)."""
+    counts = dict(line.split(": ") for line in text.splitlines())
+    return int(counts.get("rchar", 0)), int(counts.get("wchar", 0))
 
 
 def main() -> None:
