@@ -19,8 +19,9 @@ import errno
 import fcntl
 import os
 import threading
-import zlib
 from typing import Callable, Iterable
+
+from isal.isal_zlib import crc32
 
 from ckptfs.errors import NotWritableError, WritePastEndError
 from ckptfs.formats.zip_checkpoint import ZipParsed
@@ -134,7 +135,7 @@ class TensorWriter:
             with record.lock:
                 record.writing -= 1
                 if start == record.crc_end:
-                    record.crc = zlib.crc32(view, record.crc)
+                    record.crc = crc32(view, record.crc)
                     record.crc_end += len(view)
                 elif start < record.crc_end:
                     record.crc_end = -1
@@ -214,7 +215,7 @@ class TensorWriter:
             chunk = os.pread(self._fd, length, storage.offset + start)
             if len(chunk) != length:
                 raise NotWritableError(f"record {storage.record!r} is cut short", self.path)
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
         return crc
 
 
