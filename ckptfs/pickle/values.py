@@ -59,6 +59,20 @@ class PickledObject:
         return f"<{self.class_name}(...)>"
 
 
+class Unbuilt:
+    """A memo slot whose object a fast path did not make (``dcp_record``): a get of it stops the parse."""
+
+    def __repr__(self) -> str:
+        return "<unbuilt>"
+
+
+UNBUILT = Unbuilt()
+
+
+class UnbuiltReference(Exception):
+    """A get found ``UNBUILT``: the pickle is parsed again on the reference path (not a ``CkptfsError``)."""
+
+
 @dataclass(eq=False, repr=False)
 class UnhashableKey:
     """A dict key kept by identity: Python cannot hash it (a list…), or hashing it is unbounded.
