@@ -16,7 +16,7 @@ from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DType, dtype_by_name
 from ckptfs.pickle.dcp_record import StorageKey, StorageRow, TensorRow
 from ckptfs.pickle.unpickler import load_dcp
-from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
+from ckptfs.pickle.values import Global, PickledObject, Row, UnhashableKey, short_repr
 
 _MODULES = ("torch.distributed.checkpoint.", "torch.distributed._shard.checkpoint.")
 """DCP's modules, and torch 1.13's (``torch.distributed._shard.checkpoint``, DCP's predecessor: the same records
@@ -99,7 +99,7 @@ def _corrupt(message: str) -> CorruptCheckpointError:
 
 
 def _name(value: Any) -> str:
-    if isinstance(value, (PickledObject, TensorRow, StorageKey, StorageRow)):
+    if isinstance(value, (PickledObject, Row)):
         return value.class_name
     return value.qualname if isinstance(value, Global) else type(value).__name__
 

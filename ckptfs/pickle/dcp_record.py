@@ -10,6 +10,10 @@ the key (the name, or a ``StorageKey``) and a ``TensorRow`` / ``StorageRow`` hol
 index is the same), the strings and dtypes with their values, every other object as ``UNBUILT``: a later get
 of one (torch never writes one) stops the parse and the caller parses again on the reference path.
 
+A row is only a stand-in for its object: ``unpickler.load_dcp`` parses again on the reference path when one
+is copied or built on (``FastPathRefused``), when an error comes after one was made, or when one ends anywhere
+but its item's place (``in_place``).
+
 Anything else falls to the opcodes: a get of a key this item writes or of an ``UNBUILT`` one, a get whose
 value is not the expected class or attribute name, a string whose declared length disagrees, a negative or
 LONG-coded size, a memo made sparse by ``BINPUT``, the stack or memo near its limit.
@@ -21,7 +25,7 @@ import re
 import struct
 from typing import Any, Callable
 
-from ckptfs.pickle.values import UNBUILT, Global
+from ckptfs.pickle.values import UNBUILT, Global, PickledObject, Row
 
 _MOD = "torch.distributed.checkpoint.metadata"
 TENSOR_ITEM = Global(_MOD, "TensorStorageMetadata")
@@ -59,7 +63,7 @@ _TUPLES: dict[bytes, tuple[int, ...] | None] = {}
 MAX_TUPLES = 4096
 
 
-class TensorRow:
+class TensorRow(Row):
     """What a ``TensorStorageMetadata`` item says: dtype (a ``Global``), ``requires_grad``, size, chunk boxes."""
 
     __slots__ = ("dtype", "requires_grad", "size", "chunks")
@@ -69,11 +73,8 @@ class TensorRow:
                  chunks: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
         self.dtype, self.requires_grad, self.size, self.chunks = dtype, requires_grad, size, chunks
 
-    def __repr__(self) -> str:
-        return f"<{self.class_name}(...)>"
 
-
-class StorageKey:
+class StorageKey(Row):
     """A ``MetadataIndex`` key (kept by identity, as its inert object would be): FQN and chunk offsets."""
 
     __slots__ = ("fqn", "offset")
@@ -82,11 +83,8 @@ class StorageKey:
     def __init__(self, fqn: Any, offset: tuple[int, ...]) -> None:
         self.fqn, self.offset = fqn, offset
 
-    def __repr__(self) -> str:
-        return f"<{self.class_name}(...)>"
 
-
-class StorageRow:
+class StorageRow(Row):
     """A ``_StorageInfo`` without transforms: file name (as pickled: checked by the caller) and byte range."""
 
     __slots__ = ("relative_path", "offset", "length")
@@ -94,9 +92,6 @@ class StorageRow:
 
     def __init__(self, relative_path: Any, offset: int, length: int) -> None:
         self.relative_path, self.offset, self.length = relative_path, offset, length
-
-    def __repr__(self) -> str:
-        return f"<{self.class_name}(...)>"
 
 
 class _Fallback(Exception):
@@ -295,6 +290,7 @@ def _tensor(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
     if dtype_strings:
         memo[below + 4], memo[below + 5] = dtype_strings
     u.stack += (name_text, TensorRow(dtype, grad == b"\x88", size, chunks))
+    u.dcp_tensor_rows += 1
     u.pos = at + 3
     return u.pos, puts
 
@@ -331,5 +327,27 @@ def _storage(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
     if path_get is None:
         memo[below + puts - 1] = path
     u.stack += (StorageKey(fqn, offset), StorageRow(path, start, length))
+    u.dcp_storage_rows += 1
     u.pos = match.end()
     return u.pos, puts
+
+
+def in_place(u: Any, root: Any) -> bool:
+    """Whether every row made ended where torch's items are: each ``TensorRow`` a value of the root's
+    ``state_dict_metadata`` dict, each ``StorageKey`` / ``StorageRow`` a key / value of its ``storage_data``.
+
+    A row is never copied (a ``DUP`` or memo put of one refuses the fast parse), so if all are found there,
+    none went anywhere else: no opcode took one as a callable, argument or key, where its type would show
+    through, and the reference path puts its objects in the same places."""
+    if not u.dcp_tensor_rows and not u.dcp_storage_rows:
+        return True
+    state = root.state if type(root) is PickledObject else None
+    if type(state) is tuple and len(state) == 2 and state[0] is None:
+        state = state[1]
+    if type(state) is not dict:
+        return False
+    items, storage = state.get("state_dict_metadata"), state.get("storage_data")
+    tensors = sum(type(v) is TensorRow for v in items.values()) if type(items) is dict else 0
+    keys = sum(type(k) is StorageKey for k in storage) if type(storage) is dict else 0
+    values = sum(type(v) is StorageRow for v in storage.values()) if type(storage) is dict else 0
+    return tensors == u.dcp_tensor_rows and keys == values == u.dcp_storage_rows

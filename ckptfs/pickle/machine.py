@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.limits import Limits
-from ckptfs.pickle.values import UNBUILT, Global, Handler, PickledObject, Resolver, UnbuiltReference, short_repr
+from ckptfs.pickle.values import UNBUILT, FastPathRefused, Global, Handler, PickledObject, Resolver, Row, short_repr
 
 _RENAMED_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg", "exceptions": "builtins"}
 MAX_LONG_BYTES = 1785
@@ -58,6 +58,8 @@ class Machine:
         grows."""
         self.dcp_checked: set[tuple[bytes, ...]] = set()
         self.dcp_values: dict[bytes, Any] = {}
+        self.dcp_tensor_rows = 0
+        self.dcp_storage_rows = 0
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.proto = 0
@@ -127,6 +129,8 @@ class Machine:
                 f"pickle memo exceeds {self.limits.max_memo_entries} entries (limit max_memo_entries)")
         if index != len(self.memo):
             self.memo_rewritten = True
+        if isinstance(value, Row):
+            raise FastPathRefused
         self.memo[index] = value
 
     def memo_get(self, index: int) -> Any:
@@ -135,7 +139,7 @@ class Machine:
         except KeyError:
             raise UnpicklingError(f"memo key {index} not found at offset {self.pos}") from None
         if value is UNBUILT:
-            raise UnbuiltReference
+            raise FastPathRefused
         return value
 
     # -- semantic helpers ----------------------------------------------------

@@ -15,14 +15,14 @@ import os
 import struct
 from typing import Any, Callable
 
-from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
+from ckptfs.errors import CkptfsError, LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.limits import Limits
 from ckptfs.pickle import dcp_record, tensor_record
 from ckptfs.pickle.machine import Machine, no_handler, refuse_persistent
 from ckptfs.pickle.opcodes import OPCODES, append_items, set_items
 from ckptfs.pickle.opcodes import stop as stop_step
 from ckptfs.pickle.scalars import unicode_text
-from ckptfs.pickle.values import UNBUILT, Buildable, PickledObject, Resolver, UnbuiltReference, hashable_key
+from ckptfs.pickle.values import UNBUILT, Buildable, FastPathRefused, PickledObject, Resolver, Row, hashable_key
 
 FAST_PATHS = os.environ.get("CKPTFS_PICKLE_FAST_PATHS", "1") != "0"
 """Whether ``load`` runs its inline opcodes and tensor records; off (``CKPTFS_PICKLE_FAST_PATHS=0``, read once at
@@ -86,8 +86,11 @@ class SafeUnpickler(Machine):
                     raise UnpicklingError(f"stack underflow at offset {self.pos - 1}")
                 if index not in memo and len(memo) >= max_memo:
                     raise LimitExceededError(f"pickle memo exceeds {max_memo} entries (limit max_memo_entries)")
-                if dcp and index != len(memo):
-                    self.memo_rewritten = True
+                if dcp:
+                    if index != len(memo):
+                        self.memo_rewritten = True
+                    if isinstance(stack[-1], Row):
+                        raise FastPathRefused
                 memo[index] = stack[-1]
                 continue
             if op == 0x68 or op == 0x6A:  # BINGET, LONG_BINGET
@@ -109,7 +112,7 @@ class SafeUnpickler(Machine):
                 except KeyError:
                     raise UnpicklingError(f"memo key {index} not found at offset {self.pos}") from None
                 if value is UNBUILT:
-                    raise UnbuiltReference
+                    raise FastPathRefused
                 if len(stack) >= max_depth:
                     raise _too_deep(max_depth)
                 stack.append(value)
@@ -235,6 +238,8 @@ class SafeUnpickler(Machine):
                         target.later_states.append(state)
                 elif isinstance(target, buildable):
                     target.apply_state(state)
+                elif dcp and isinstance(target, Row):
+                    raise FastPathRefused
                 continue
             if op == 0x75 or op == 0x65:  # SETITEMS, APPENDS
                 self.pos = pos + 1
@@ -284,15 +289,30 @@ class SafeUnpickler(Machine):
 
 def load_dcp(data: bytes, limits: Limits) -> Any:
     """A DCP ``.metadata`` pickle's value, its tensor and storage items as ``dcp_record`` rows where they have
-    torch's form; parsed again on the reference path if a get finds an item's object not made."""
+    torch's form. What the rows cannot stand for makes the reference path parse it again, and its value or
+    error is the answer: ``FastPathRefused``, a row anywhere but its item's place (``dcp_record.in_place``), or
+    any error once a row is made (an opcode's message may name a row's type, or one may fail on a row where it
+    would not on the object)."""
     if FAST_PATHS:
-        unpickler = SafeUnpickler(data, limits=limits)
-        unpickler.dcp_items = True
-        try:
-            return unpickler.load()
-        except UnbuiltReference:
-            pass
+        done, value = _load_rows(data, limits)
+        if done:
+            return value
     return SafeUnpickler(data, limits=limits).load()
+
+
+def _load_rows(data: bytes, limits: Limits) -> tuple[bool, Any]:
+    """``load_dcp``'s fast attempt, in a call of its own so that nothing of it is held while the reference runs."""
+    unpickler = SafeUnpickler(data, limits=limits)
+    unpickler.dcp_items = True
+    try:
+        root = unpickler.load()
+    except FastPathRefused:
+        return False, None
+    except CkptfsError:
+        if unpickler.dcp_tensor_rows or unpickler.dcp_storage_rows:
+            return False, None
+        raise
+    return (True, root) if dcp_record.in_place(unpickler, root) else (False, None)
 
 
 def _no_match(data: bytes, pos: int) -> None:
