@@ -85,12 +85,12 @@ class StorageKey(Row):
 
 
 class StorageRow(Row):
-    """A ``_StorageInfo`` without transforms: file name (as pickled: checked by the caller) and byte range."""
+    """A ``_StorageInfo`` without transforms: file name and byte range, as pickled (checked by the caller)."""
 
     __slots__ = ("relative_path", "offset", "length")
     class_name = STORAGE_INFO.qualname
 
-    def __init__(self, relative_path: Any, offset: int, length: int) -> None:
+    def __init__(self, relative_path: Any, offset: int | None, length: int | None) -> None:
         self.relative_path, self.offset, self.length = relative_path, offset, length
 
 
@@ -236,7 +236,7 @@ def _tensor(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
     chunk_match = CHUNK_ITEM.match
     (cls, props_key, props_cls, dtype_get, module_get, dtype_length, dtype_name, layout, grad,
      memory_format, size_key, size_cls, size_ops, chunks_key, many) = head.groups()
-    boxes = []
+    boxes: list[tuple[bytes, ...]] = []
     at = head.end()
     while len(boxes) < MAX_CHUNKS:
         chunk = chunk_match(data, at)
@@ -268,9 +268,9 @@ def _tensor(u: Any, data: bytes, pos: int, memo_room: int) -> tuple[int, int]:
         name_text = data[pos + 2 : name_end].decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         raise _Fallback from None
-    gets = (cls, props_key, props_cls, layout, memory_format, size_key, size_cls, chunks_key)
-    if gets not in checked:
-        _check(u, below, gets, _HEAD_WANTS)
+    head_gets = (cls, props_key, props_cls, layout, memory_format, size_key, size_cls, chunks_key)
+    if head_gets not in checked:
+        _check(u, below, head_gets, _HEAD_WANTS)
     if dtype_get is not None:
         dtype = _value(u, below, dtype_get)
         if type(dtype) is not Global:
@@ -336,9 +336,11 @@ def in_place(u: Any, root: Any) -> bool:
     """Whether every row made ended where torch's items are: each ``TensorRow`` a value of the root's
     ``state_dict_metadata`` dict, each ``StorageKey`` / ``StorageRow`` a key / value of its ``storage_data``.
 
-    A row is never copied (a ``DUP`` or memo put of one refuses the fast parse), so if all are found there,
-    none went anywhere else: no opcode took one as a callable, argument or key, where its type would show
-    through, and the reference path puts its objects in the same places."""
+    Found there, a row went nowhere else: none is copied (a ``DUP`` or memo put of one refuses the fast parse),
+    so no opcode took one as a callable, argument or key, where its type would show through. The opcodes that
+    use the top of the stack and leave it there fail on a row (``APPEND``, ``SETITEM``, ``ADDITEMS``: an error
+    after a row is made sends the parse to the reference path) or refuse (``BUILD``). So the reference path puts
+    its objects in the same places, and nothing else has touched them."""
     if not u.dcp_tensor_rows and not u.dcp_storage_rows:
         return True
     state = root.state if type(root) is PickledObject else None

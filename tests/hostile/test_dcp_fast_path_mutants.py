@@ -126,6 +126,7 @@ ON_A_ROW = {
     "SETITEM on it": (b"K\x01K\x02s", "parsed"),
     "APPENDS on it": (b"(K\x01e", "parsed"),
     "SETITEMS on it": (b"(K\x01K\x02u", "parsed"),
+    "ADDITEMS on it": (b"(K\x01\x90", "parsed"),
     "BUILD on it": (b"}b", "parsed"),
     "a call of it": (b")R", "a storage_data value is a PickledObject, not a _StorageInfo"),
     "NEWOBJ of it": (b")\x81", "a storage_data value is a PickledObject, not a _StorageInfo"),
