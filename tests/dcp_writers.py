@@ -18,7 +18,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, StorageMeta, TensorProperties
 from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
 
 Sharding = dict[str, tuple[int, int]]
@@ -73,11 +73,20 @@ class ShardingPlanner(DefaultSavePlanner):
         return super().resolve_data(write_item)
 
 
-def simulate_ranks(state_dict: dict[str, Any], sharded: Sharding, path: Path, world: int,
+class PinnedWriter(FileSystemWriter):
+    """A ``FileSystemWriter`` whose ``.metadata`` is the same bytes on every run: the ``storage_meta`` it records
+    holds fixed ids, not the directory's path and a random uuid (mutants of it then differ from run to run)."""
+
+    def storage_meta(self) -> StorageMeta:
+        return StorageMeta(checkpoint_id="/checkpoint", save_id="00000000-0000-4000-8000-000000000024")
+
+
+def simulate_ranks(state_dict: dict[str, Any], sharded: Sharding, path: Path, world: int, pinned: bool = False,
                    **writer_options: Any) -> None:
-    """What ``dcp.save`` does on ``world`` ranks with collectives: one ``.metadata``, ``__<rank>_0.distcp`` each."""
+    """What ``dcp.save`` does on ``world`` ranks with collectives: one ``.metadata``, ``__<rank>_0.distcp`` each
+    (``pinned``: by ``PinnedWriter``s)."""
     shutil.rmtree(path, ignore_errors=True)
-    writers = [FileSystemWriter(path, **writer_options) for _ in range(world)]
+    writers = [(PinnedWriter if pinned else FileSystemWriter)(path, **writer_options) for _ in range(world)]
     planners = [ShardingPlanner(sharded, rank, world) for rank in range(world)]
     local = []
     for rank in range(world):

@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 from ckptfs.errors import CorruptCheckpointError, UnsupportedError
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DType, dtype_by_name
-from ckptfs.pickle.unpickler import SafeUnpickler
-from ckptfs.pickle.values import Global, PickledObject, UnhashableKey, short_repr
+from ckptfs.pickle.dcp_record import StorageKey, StorageRow, TensorRow
+from ckptfs.pickle.unpickler import load_dcp
+from ckptfs.pickle.values import Global, PickledObject, Row, UnhashableKey, short_repr
 
 _MODULES = ("torch.distributed.checkpoint.", "torch.distributed._shard.checkpoint.")
 """DCP's modules, and torch 1.13's (``torch.distributed._shard.checkpoint``, DCP's predecessor: the same records
@@ -77,15 +78,17 @@ class DcpMetadata(NamedTuple):
 
 def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
     """The records of one ``.metadata`` pickle."""
-    root = SafeUnpickler(data, limits=limits).load()
+    root = load_dcp(data, limits)
     state = _state_of(root, METADATA, "the metadata")
     items = _mapping(state.get("state_dict_metadata"), "state_dict_metadata")
     version = state.get("version")
     return DcpMetadata(
-        {_fqn(fqn): _item(fqn, item) for fqn, item in items.items()},
+        {_fqn(fqn): _row_item(fqn, item) if type(item) is TensorRow else _item(fqn, item)
+         for fqn, item in items.items()},
         _planner_data(state.get("planner_data")),
-        {_index(key): _storage_info(key, info) for key, info in
-         _mapping(state.get("storage_data"), "storage_data").items()},
+        {_row_index(key) if type(key) is StorageKey else _index(key):
+         _checked_info(info.relative_path, info.offset, info.length, None) if type(info) is StorageRow
+         else _storage_info(key, info) for key, info in _mapping(state.get("storage_data"), "storage_data").items()},
         version if isinstance(version, str) else None,
         root.class_name == LEGACY_METADATA,
     )
@@ -96,7 +99,7 @@ def _corrupt(message: str) -> CorruptCheckpointError:
 
 
 def _name(value: Any) -> str:
-    if isinstance(value, PickledObject):
+    if isinstance(value, (PickledObject, Row)):
         return value.class_name
     return value.qualname if isinstance(value, Global) else type(value).__name__
 
@@ -149,6 +152,15 @@ def _item(fqn: str, value: Any) -> TensorItem | None:
     return TensorItem(dtype, size, requires_grad, [_box(fqn, size, chunk) for chunk in chunks])
 
 
+def _row_item(fqn: str, row: TensorRow) -> TensorItem:
+    """``_item``'s checks on a row (its sizes are non-negative int32s, at most 64 of them: no checks needed)."""
+    size = row.size
+    if math.prod(size) >= MAX_ELEMENTS:
+        raise _corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
+    return TensorItem(_dtype(fqn, row.dtype), size, row.requires_grad,
+                      [_checked_box(fqn, size, offsets, sizes) for offsets, sizes in row.chunks])
+
+
 def _properties(fqn: str, value: Any) -> tuple[DType, bool]:
     """The dtype and ``requires_grad`` of a ``TensorProperties``: a 5-tuple state, or a dict in older writers."""
     if not isinstance(value, PickledObject) or value.class_name not in PROPERTIES:
@@ -160,16 +172,23 @@ def _properties(fqn: str, value: Any) -> tuple[DType, bool]:
         dtype, requires_grad = state.get("dtype"), state.get("requires_grad", False)
     else:
         raise _corrupt(f"properties of {fqn!r} have the state {short_repr(state)}")
+    return _dtype(fqn, dtype), requires_grad is True
+
+
+def _dtype(fqn: str, dtype: Any) -> DType:
     known = dtype_by_name(dtype.name) if isinstance(dtype, Global) and dtype.module == "torch" else None
     if known is None:
         raise UnsupportedError(f"tensor {fqn!r} has the dtype {short_repr(dtype)}, which ckptfs does not know")
-    return known, requires_grad is True
+    return known
 
 
 def _box(fqn: str, size: tuple[int, ...], value: Any) -> Box:
     state = _state_of(value, CHUNK, f"a chunk of {fqn!r}")
-    offsets = _size(state.get("offsets"), f"chunk offsets of {fqn!r}")
-    sizes = _size(state.get("sizes"), f"chunk sizes of {fqn!r}")
+    return _checked_box(fqn, size, _size(state.get("offsets"), f"chunk offsets of {fqn!r}"),
+                        _size(state.get("sizes"), f"chunk sizes of {fqn!r}"))
+
+
+def _checked_box(fqn: str, size: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...]) -> Box:
     if len(offsets) != len(size) or len(sizes) != len(size):
         raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} of {fqn!r} does not have the "
                        f"{len(size)} dimensions of {list(size)}")
@@ -188,15 +207,23 @@ def _index(key: Any) -> ItemKey:
     return fqn, None if offset is None else _size(offset, f"the offset of {fqn!r} in storage_data")
 
 
+def _row_index(key: StorageKey) -> ItemKey:
+    return _fqn(key.fqn), key.offset
+
+
 def _storage_info(key: Any, value: Any) -> StorageInfo:
     state = _state_of(value, STORAGE_INFO, "a storage_data value")
-    path, offset, length = state.get("relative_path"), state.get("offset"), state.get("length")
+    return _checked_info(state.get("relative_path"), state.get("offset"), state.get("length"),
+                         state.get("transform_descriptors"))
+
+
+def _checked_info(path: Any, offset: Any, length: Any, transforms: Any) -> StorageInfo:
     if not isinstance(path, str) or not path or "/" in path or "\\" in path or "\0" in path or path in (".", ".."):
         raise _corrupt(f"relative_path {short_repr(path)} is not a file name in the directory")
     if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
         raise _corrupt(f"byte range {short_repr(offset)}+{short_repr(length)} in {path!r} is not two "
                        "non-negative integers")
-    transforms = state.get("transform_descriptors") or []
+    transforms = transforms or []
     if not isinstance(transforms, list) or not all(isinstance(t, str) for t in transforms):
         raise _corrupt(f"transform_descriptors {short_repr(transforms)} are not a list of strings")
     return StorageInfo(path, offset, length, tuple(transforms))

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.limits import Limits
-from ckptfs.pickle.values import Global, Handler, PickledObject, Resolver, short_repr
+from ckptfs.pickle.values import UNBUILT, FastPathRefused, Global, Handler, PickledObject, Resolver, Row, short_repr
 
 _RENAMED_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg", "exceptions": "builtins"}
 MAX_LONG_BYTES = 1785
@@ -53,6 +53,13 @@ class Machine:
         self.persistent_load = persistent_load
         self.limits = limits
         self.memo: dict[int, Any] = {}
+        self.memo_rewritten = False
+        """Whether a put has written other than the next slot: the DCP items (``dcp_record``) need a memo that only
+        grows."""
+        self.dcp_checked: set[tuple[bytes, ...]] = set()
+        self.dcp_values: dict[bytes, Any] = {}
+        self.dcp_tensor_rows = 0
+        self.dcp_storage_rows = 0
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.proto = 0
@@ -120,13 +127,20 @@ class Machine:
         if index not in self.memo and len(self.memo) >= self.limits.max_memo_entries:
             raise LimitExceededError(
                 f"pickle memo exceeds {self.limits.max_memo_entries} entries (limit max_memo_entries)")
+        if index != len(self.memo):
+            self.memo_rewritten = True
+        if isinstance(value, Row):
+            raise FastPathRefused
         self.memo[index] = value
 
     def memo_get(self, index: int) -> Any:
         try:
-            return self.memo[index]
+            value = self.memo[index]
         except KeyError:
             raise UnpicklingError(f"memo key {index} not found at offset {self.pos}") from None
+        if value is UNBUILT:
+            raise FastPathRefused
+        return value
 
     # -- semantic helpers ----------------------------------------------------
 

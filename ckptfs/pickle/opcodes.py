@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.pickle.machine import Machine
 from ckptfs.pickle.scalars import SCALAR_OPCODES, parse_int
-from ckptfs.pickle.values import Buildable, Global, PickledObject, hashable_key
+from ckptfs.pickle.values import Buildable, FastPathRefused, Global, PickledObject, Row, hashable_key
 
 
 def set_items(target: Any, pairs: list[tuple[Any, Any]]) -> None:
@@ -71,7 +71,10 @@ def _pop_mark(u: Machine) -> None:
 
 
 def _dup(u: Machine) -> None:
-    u.push(u.top())
+    top = u.top()
+    if isinstance(top, Row):
+        raise FastPathRefused
+    u.push(top)
 
 
 def _push_const(value: Any) -> Callable[[Machine], None]:
@@ -256,6 +259,8 @@ def _build(u: Machine) -> None:
             target.later_states.append(state)
     elif isinstance(target, Buildable):
         target.apply_state(state)
+    elif isinstance(target, Row):  # its object would keep the state, a row cannot
+        raise FastPathRefused
     # BUILD on a plain container (an OrderedDict's ``_metadata``) sets Python
     # attributes the data model does not carry; the state is dropped.
 

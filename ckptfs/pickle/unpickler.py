@@ -15,14 +15,14 @@ import os
 import struct
 from typing import Any, Callable
 
-from ckptfs.errors import LimitExceededError, TruncatedPickleError, UnpicklingError
+from ckptfs.errors import CkptfsError, LimitExceededError, TruncatedPickleError, UnpicklingError
 from ckptfs.limits import Limits
-from ckptfs.pickle import tensor_record
+from ckptfs.pickle import dcp_record, tensor_record
 from ckptfs.pickle.machine import Machine, no_handler, refuse_persistent
 from ckptfs.pickle.opcodes import OPCODES, append_items, set_items
 from ckptfs.pickle.opcodes import stop as stop_step
 from ckptfs.pickle.scalars import unicode_text
-from ckptfs.pickle.values import Buildable, PickledObject, Resolver, hashable_key
+from ckptfs.pickle.values import UNBUILT, Buildable, FastPathRefused, PickledObject, Resolver, Row, hashable_key
 
 FAST_PATHS = os.environ.get("CKPTFS_PICKLE_FAST_PATHS", "1") != "0"
 """Whether ``load`` runs its inline opcodes and tensor records; off (``CKPTFS_PICKLE_FAST_PATHS=0``, read once at
@@ -30,6 +30,10 @@ import) every opcode goes through ``OPCODES``: the reference the fast paths are 
 
 
 class SafeUnpickler(Machine):
+    dcp_items = False
+    """Whether DCP ``.metadata`` items become rows (``dcp_record``; ``load_dcp`` sets it), instead of tensor
+    records."""
+
     def load(self) -> Any:
         """Runs the opcodes from ``pos`` to STOP and returns the inert value.
 
@@ -53,7 +57,9 @@ class SafeUnpickler(Machine):
         metastack = self.metastack
         unpack_u32 = _U32.unpack_from
         unpack_i32 = _I32.unpack_from
-        record_match = tensor_record.PATTERN.match
+        dcp = self.dcp_items
+        record_match = _no_match if dcp else tensor_record.PATTERN.match
+        dcp_tensor, dcp_storage = dcp_record.apply_tensor, dcp_record.apply_storage
         pickled_object = PickledObject
         buildable = Buildable
         stack = self.stack
@@ -80,9 +86,17 @@ class SafeUnpickler(Machine):
                     raise UnpicklingError(f"stack underflow at offset {self.pos - 1}")
                 if index not in memo and len(memo) >= max_memo:
                     raise LimitExceededError(f"pickle memo exceeds {max_memo} entries (limit max_memo_entries)")
+                if dcp:
+                    if index != len(memo):
+                        self.memo_rewritten = True
+                    if isinstance(stack[-1], Row):
+                        raise FastPathRefused
                 memo[index] = stack[-1]
                 continue
             if op == 0x68 or op == 0x6A:  # BINGET, LONG_BINGET
+                if dcp and data[pos + (2 if op == 0x68 else 5) : pos + (3 if op == 0x68 else 6)] == b")" \
+                        and dcp_storage(self, data, pos):
+                    continue
                 if op == 0x68:
                     if pos + 2 > end:
                         break
@@ -97,11 +111,15 @@ class SafeUnpickler(Machine):
                     value = memo[index]
                 except KeyError:
                     raise UnpicklingError(f"memo key {index} not found at offset {self.pos}") from None
+                if value is UNBUILT:
+                    raise FastPathRefused
                 if len(stack) >= max_depth:
                     raise _too_deep(max_depth)
                 stack.append(value)
                 continue
             if op == 0x8C or op == 0x58:  # SHORT_BINUNICODE, BINUNICODE
+                if dcp and op == 0x8C and dcp_tensor(self, data, pos):
+                    continue
                 if op == 0x8C:
                     if pos + 2 > end:
                         break
@@ -220,6 +238,8 @@ class SafeUnpickler(Machine):
                         target.later_states.append(state)
                 elif isinstance(target, buildable):
                     target.apply_state(state)
+                elif dcp and isinstance(target, Row):
+                    raise FastPathRefused
                 continue
             if op == 0x75 or op == 0x65:  # SETITEMS, APPENDS
                 self.pos = pos + 1
@@ -265,6 +285,38 @@ class SafeUnpickler(Machine):
         self.pos += 1
         OPCODES[data[self.pos - 1]](self)
         raise AssertionError("unreachable")
+
+
+def load_dcp(data: bytes, limits: Limits) -> Any:
+    """A DCP ``.metadata`` pickle's value, its tensor and storage items as ``dcp_record`` rows where they have
+    torch's form. What the rows cannot stand for makes the reference path parse it again, and its value or
+    error is the answer: ``FastPathRefused``, a row anywhere but its item's place (``dcp_record.in_place``), or
+    any error once a row is made (an opcode's message may name a row's type, or one may fail on a row where it
+    would not on the object)."""
+    if FAST_PATHS:
+        done, value = _load_rows(data, limits)
+        if done:
+            return value
+    return SafeUnpickler(data, limits=limits).load()
+
+
+def _load_rows(data: bytes, limits: Limits) -> tuple[bool, Any]:
+    """``load_dcp``'s fast attempt, in a call of its own so that nothing of it is held while the reference runs."""
+    unpickler = SafeUnpickler(data, limits=limits)
+    unpickler.dcp_items = True
+    try:
+        root = unpickler.load()
+    except FastPathRefused:
+        return False, None
+    except CkptfsError:
+        if unpickler.dcp_tensor_rows or unpickler.dcp_storage_rows:
+            return False, None
+        raise
+    return (True, root) if dcp_record.in_place(unpickler, root) else (False, None)
+
+
+def _no_match(data: bytes, pos: int) -> None:
+    return None
 
 
 def run_steps(u: Machine) -> Any:

@@ -59,6 +59,33 @@ class PickledObject:
         return f"<{self.class_name}(...)>"
 
 
+class Unbuilt:
+    """A memo slot whose object a fast path did not make (``dcp_record``): a get of it stops the parse."""
+
+    def __repr__(self) -> str:
+        return "<unbuilt>"
+
+
+UNBUILT = Unbuilt()
+
+
+class FastPathRefused(Exception):
+    """The DCP fast parse met what its rows do not stand for (a get of ``UNBUILT``, a copy of a row, a ``BUILD``
+    on one): the pickle is parsed again on the reference path (not a ``CkptfsError``)."""
+
+
+class Row:
+    """A fast path's stand-in for the inert object of one of torch's DCP items (``dcp_record``), made with no
+    arguments. What the reference path's object would show must show the same: its ``class_name`` and its
+    ``short_repr``."""
+
+    __slots__ = ()
+    class_name = ""
+
+    def __repr__(self) -> str:
+        return f"<{self.class_name}(...)>"
+
+
 @dataclass(eq=False, repr=False)
 class UnhashableKey:
     """A dict key kept by identity: Python cannot hash it (a list…), or hashing it is unbounded.
@@ -107,6 +134,8 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
         return value.qualname[: limit + 1]
     if isinstance(value, UnhashableKey):
         return _bounded_repr(value.value, depth, limit)
+    if isinstance(value, Row):
+        return f"<{value.class_name}()>"
     if isinstance(value, PickledObject):
         if not value.args:
             return f"<{value.class_name}()>"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import big
+import dcp_scale
 import many
 import scale
 import views
@@ -34,6 +35,16 @@ def _remote(bench: Bench) -> None:
     bench.res.meta["remote_table"] = remote.run(bench)
 
 
+def _scale(bench: Bench) -> None:
+    scale.run(bench)
+    dcp_scale.run(bench)
+
+
+def _scale_checks(bench: Bench) -> None:
+    scale.define_checks(bench)
+    dcp_scale.define_checks(bench)
+
+
 def _write_checks(bench: Bench) -> None:
     bench.res.side_notes.update(write.SIDE_NOTES)
     write.define_checks(bench)
@@ -55,7 +66,7 @@ SECTIONS = (
     Section(("cache",), _cache),
     Section(("views",), _views, _views_checks, default=False),
     Section(("remote",), _remote, default=False),
-    Section(("scale",), scale.run, scale.define_checks, default=False, own_checkpoint=True),
+    Section(("scale",), _scale, _scale_checks, default=False, own_checkpoint=True),
     Section(("distributed",), _distributed, default=False, own_checkpoint=True),
     Section(("write",), write.run, _write_checks, default=False, own_checkpoint=True),
     Section(("write-fill",), _write_fill, default=False, own_checkpoint=True),

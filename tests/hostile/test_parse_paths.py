@@ -85,11 +85,13 @@ def test_seeds_and_their_mutants_same_on_both_paths(seeds: dict[str, bytes]) -> 
 
 
 def test_dcp_directory_and_its_mutants_same_on_both_paths(tmp_path: Path) -> None:
-    """``.metadata`` is dataclasses (NEWOBJ, BUILD, SETITEMS…): the directory, then its pickle mutated."""
+    """``.metadata`` is dataclasses (NEWOBJ, BUILD, SETITEMS…): the directory, then its pickle mutated (pinned: the
+    same bytes, so the same mutants, on every run; ``test_dcp_fast_path_mutants`` tries many more)."""
     state = {f"layer.{n}.weight": torch.arange(32, dtype=torch.float32).reshape(8, 4) + n for n in range(6)}
     state["step"] = torch.tensor(7)
     base = tmp_path / "base"
-    simulate_ranks(state, {name: (n % 2, 2 + n % 3) for n, name in enumerate(state) if name != "step"}, base, world=2)
+    simulate_ranks(state, {name: (n % 2, 2 + n % 3) for n, name in enumerate(state) if name != "step"}, base, world=2,
+                   pinned=True)
     fast, reference = both_paths(lambda: opened(base))
     assert isinstance(fast, str) and fast == reference
     metadata = (base / ".metadata").read_bytes()

@@ -1,0 +1,223 @@
+"""DCP rows of the scale section (``--sections scale``): opening a torch.distributed.checkpoint directory of
+100,000 tensors, beside torch's ``FileSystemReader(path).read_metadata()`` in the same run.
+
+* ``scale_dcp_open``   one rank: one ``.metadata`` (~23 MB) and one ``.distcp``
+* ``scale_dcp8_open``  the same 100,000 tensors over 8 ranks' files (expert parallel: tensor n whole on rank n % 8)
+
+The ``.metadata`` is what ``FileSystemWriter.finish`` pickles (``pickle.dump`` of torch's own ``Metadata``, made
+here with torch's classes, MoE names, fp32/bf16/fp16/int8); the ``.distcp`` files are sparse, of the sizes the
+byte ranges need (opening reads only the metadata and the files' sizes). Each side runs in a fresh process, the
+sides alternate within a run, and the figure is that process's CPU time for the open alone (after imports), so
+a loaded machine moves both alike. Standalone: ``.venv/bin/python scripts/bench_lib/dcp_scale.py [--runs N]
+[--tensors N] [--workdir DIR] [--baseline TREE] [--breakdown]`` prints the medians and ratios (and the CPU µs
+per tensor of each phase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from common import log
+from results import Check
+
+TENSORS = 100_000
+QUICK_TENSORS = 10_000
+TARGET = 0.25
+"""ckptfs' open over torch's ``read_metadata()`` (issue 24)."""
+CASES = {"scale_dcp_open": 1, "scale_dcp8_open": 8}
+FORMAT_VERSION = 1
+
+
+def tensors(args: Any) -> int:
+    return QUICK_TENSORS if getattr(args, "quick", False) else TENSORS
+
+
+def define_checks(bench: Any) -> None:
+    n = tensors(bench.args)
+    for key, ranks in CASES.items():
+        where = "one rank" if ranks == 1 else f"{ranks} ranks' files"
+        bench.res.checks.append(Check(key, "ckptfs", "torch", "<=", TARGET if n >= TENSORS else None,
+                                            f"DCP open, {n} tensors over {where} / torch read_metadata()"))
+        bench.res.checks.append(Check(key, "ckptfs", None, "<=", None, f"DCP open, {n} tensors ({where}), "
+                                                                              "CPU s"))
+
+
+def run(bench: Any) -> None:
+    n = tensors(bench.args)
+    for key, ranks in CASES.items():
+        path = ensure(bench.workdir, n, ranks)
+        figure = bench.res.fig(key, f"DCP open, {n} tensors, {ranks} rank(s)", "s")
+        for run_i in range(bench.args.runs):
+            log(f"DCP {n} tensors over {ranks} rank(s), run {run_i + 1}/{bench.args.runs}")
+            for side in (("ckptfs", "torch") if run_i % 2 == 0 else ("torch", "ckptfs")):
+                figure.add(side, measure(side, path))
+
+
+def ensure(workdir: Path, count: int, ranks: int) -> Path:
+    path = workdir / f"dcp-{count}-{ranks}"
+    stamp = path / "bench.json"
+    want = {"tensors": count, "ranks": ranks, "version": FORMAT_VERSION}
+    try:
+        if json.loads(stamp.read_text()) == want:
+            return path
+    except (OSError, ValueError):
+        pass
+    subprocess.run([sys.executable, __file__, "--write", str(path), str(count), str(ranks)], check=True)
+    stamp.write_text(json.dumps(want))
+    return path
+
+
+def measure(side: str, path: Path, pythonpath: str | None = None) -> float:
+    """Seconds of one open in a fresh process; ``pythonpath``: ckptfs from another tree (``--baseline``)."""
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None
+    out = subprocess.run([sys.executable, __file__, "--open", side, str(path)], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    return float(json.loads(out.splitlines()[-1])["seconds"])
+
+
+def _names(count: int) -> list[str]:
+    names: list[str] = []
+    layer = 0
+    while len(names) < count:
+        names += [f"model.layers.{layer}.mlp.experts.{e}.w{k}.weight" for e in range(64) for k in (1, 2, 3)]
+        layer += 1
+    return names[:count]
+
+
+def write(path: Path, count: int, ranks: int) -> None:
+    """What ``FileSystemWriter.finish`` writes for this state dict: ``pickle.dump(metadata)``."""
+    import pickle
+
+    import torch
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        StorageMeta,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    path.mkdir(parents=True, exist_ok=True)
+    dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.int8)
+    files = [f"__{r}_0.distcp" for r in range(ranks)]
+    ends = [0] * ranks
+    items, storage, planner = {}, {}, {}
+    for n, name in enumerate(_names(count)):
+        size, dtype, rank = torch.Size((8, 4 + n % 3)), dtypes[n % 4], n % ranks
+        offsets = torch.Size((0, 0))
+        length = 1500 + size.numel() * dtype.itemsize  # a torch.save blob of the tensor
+        storage[MetadataIndex(name, offsets, 0)] = _StorageInfo(files[rank], ends[rank], length)
+        ends[rank] += length
+        items[name] = TensorStorageMetadata(TensorProperties.create_from_tensor(torch.empty(0, dtype=dtype)), size,
+                                            [ChunkStorageMetadata(offsets, torch.Size(size))])
+        planner[name] = (name,)
+    metadata = Metadata(items, planner, storage, StorageMeta(checkpoint_id=str(path), save_id="bench"))
+    metadata.version = "1.0.0"
+    for name, end in zip(files, ends):
+        with open(path / name, "wb") as f:
+            f.truncate(end)
+    with open(path / ".metadata", "wb") as f:
+        pickle.dump(metadata, f)
+
+
+def open_once(side: str, path: str) -> float:
+    import time
+
+    if side == "torch":
+        from torch.distributed.checkpoint import FileSystemReader
+
+        start = time.process_time()
+        count = len(FileSystemReader(path).read_metadata().state_dict_metadata)
+    else:
+        import ckptfs
+        from ckptfs.gc_pause import gc_paused
+
+        start = time.process_time()
+        with gc_paused(), ckptfs.open(path) as ck:  # as ``ckptfs mount`` and the CLI open
+            count = len(ck)
+    elapsed = time.process_time() - start
+    assert count > 0
+    return elapsed
+
+
+def breakdown(path: str, count: int, runs: int = 3) -> str:
+    """CPU µs per tensor of each phase of an open (medians of ``runs`` in this process): the pickle on the fast
+    and the reference path, rows to records (``dcp_metadata``), records to the tree (``dcp_directory``), the rest."""
+    import time
+
+    import ckptfs
+    from ckptfs.formats import dcp_directory, dcp_metadata
+    from ckptfs.gc_pause import gc_paused
+    from ckptfs.limits import Limits
+    from ckptfs.pickle import unpickler
+    from ckptfs.sources import DirectorySource
+
+    data = Path(path, ".metadata").read_bytes()
+    steps = {
+        "pickle": lambda: unpickler.load_dcp(data, Limits()),
+        "pickle_reference": lambda: unpickler.load_dcp(data, Limits()),
+        "parse_metadata": lambda: dcp_metadata.parse_metadata(data, Limits()),
+        "open_dcp": lambda: dcp_directory.open_dcp(DirectorySource(path), Limits()),
+        "ckptfs.open": lambda: ckptfs.open(path).close(),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    with gc_paused():
+        for _ in range(runs):
+            for name, step in steps.items():
+                unpickler.FAST_PATHS = name != "pickle_reference"
+                start = time.process_time()
+                step()
+                times[name].append(time.process_time() - start)
+    unpickler.FAST_PATHS = True
+    us = {name: statistics.median(values) / count * 1e6 for name, values in times.items()}
+    return (f"us per tensor: pickle {us['pickle']:.1f} (reference path {us['pickle_reference']:.1f}), rows to records "
+            f"{us['parse_metadata'] - us['pickle']:.1f}, records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
+            f"rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; total {us['ckptfs.open']:.1f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", nargs=3, metavar=("PATH", "TENSORS", "RANKS"), help=argparse.SUPPRESS)
+    p.add_argument("--open", nargs=2, metavar=("SIDE", "PATH"), help=argparse.SUPPRESS)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--tensors", type=int, default=TENSORS)
+    p.add_argument("--breakdown", action="store_true", help="also each phase's CPU us per tensor (this tree)")
+    p.add_argument("--baseline", metavar="TREE", help="also open with the ckptfs of this source tree (before/after)")
+    p.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ckptfs-dcp-bench")
+    a = p.parse_args()
+    if a.write:
+        write(Path(a.write[0]), int(a.write[1]), int(a.write[2]))
+        return
+    if a.open:
+        print(json.dumps({"seconds": open_once(a.open[0], a.open[1])}))
+        return
+    for key, ranks in CASES.items():
+        path = ensure(a.workdir, a.tensors, ranks)
+        sides = ["ckptfs", "torch"] + (["baseline"] if a.baseline else [])
+        values: dict[str, list[float]] = {side: [] for side in sides}
+        for run_i in range(a.runs):
+            for side in sides[run_i % len(sides):] + sides[: run_i % len(sides)]:
+                values[side].append(measure("ckptfs" if side == "baseline" else side, path,
+                                            a.baseline if side == "baseline" else None))
+        print(f"{key} ({a.tensors} tensors, {ranks} rank(s)), CPU s per run: {values}")
+        for side in sides:
+            if side != "torch":
+                ratios = [c / t for c, t in zip(values[side], values["torch"])]
+                print(f"  {side}: median {statistics.median(values[side]):.2f} s, torch read_metadata "
+                      f"{statistics.median(values['torch']):.2f} s, {side}/torch median "
+                      f"{statistics.median(ratios):.2f} (target <= {TARGET})")
+        if a.breakdown:
+            print("  " + breakdown(str(path), a.tensors))
+
+
+if __name__ == "__main__":
+    main()
