@@ -14,6 +14,9 @@ from ckptfs.fs.zarr import chunk_pieces, chunk_size
 from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.model.records import Tensor
 
+KEPT_SIZED_BYTES = 16 << 20
+"""An index or ``model.safetensors`` made for its size alone stays made up to this size: a listing's next step is
+often to read it (``find -exec cat``, ``cp -r``), which would make it again."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
 
@@ -56,7 +59,8 @@ class Contents:
             with self._lock:
                 kept = self._made
                 size = self.safetensors(node).size if kind is Kind.BUNDLE else len(self.index_bytes())
-                self._made = kept  # a listing needs its size only: made again when opened
+                if size > KEPT_SIZED_BYTES:
+                    self._made = kept  # a listing needs its size only: made again when opened
                 return size
         if kind is Kind.ZARR_CHUNK:
             return chunk_size(node)  # type: ignore[arg-type]

@@ -100,7 +100,7 @@ def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert fs._listed <= 10 + len(kept.sizes)
 
 
-def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
+def test_an_entry_whose_size_fails_lists_one_byte_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
     """Sizes are computed for a whole listing at once; one sidecar over max_generated_bytes spoils only itself."""
     path = save_zip({"a": torch.zeros(2), "k" * 3000: torch.ones(3), "z": torch.zeros(1)}, tmp_path / "long.pt")
     with ckptfs.open(path, Limits(max_generated_bytes=2000)) as ck:
@@ -108,7 +108,7 @@ def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_
         fs = fuse_ops.CheckpointFS(ck, layout)
         sizes = {name: fuse_ops._STAT.from_buffer_copy(st).st_size for name, st, _ in _readdir(fs, "/")}
         long_name = layout.node_of(ck.tensors[1]).name
-        assert sizes[long_name + ".json"] == 0
+        assert sizes[long_name + ".json"] == fuse_ops.UNKNOWN_SIZE == 1
         assert sizes[long_name] == 12
         for name in ("a.json", "z.json"):
             assert sizes[name] == len(layout.content(layout.lookup("/" + name))) > 0
