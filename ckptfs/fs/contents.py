@@ -19,6 +19,8 @@ KEPT_SIZED_BYTES = 16 << 20
 often to read it (``find -exec cat``, ``cp -r``), which would make it again."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
+_SHORT_INT = 1 << 64
+"""Ints within this have a decimal text (a longer one may not: ``files.value_bytes``)."""
 
 
 class Contents:
@@ -48,6 +50,8 @@ class Contents:
 
     def _size(self, node: Node) -> int:
         kind = node.kind
+        if kind is Kind.VALUE:
+            return self.value_size(node.value)
         if kind is Kind.TENSOR:
             tensor: Tensor = node.value
             return tensor.nbytes if tensor.has_data else 0
@@ -66,12 +70,13 @@ class Contents:
             return chunk_size(node)  # type: ignore[arg-type]
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
-        if kind is Kind.VALUE:
-            return self.value_size(node.value)
         return len(self.content(node))
 
     def value_size(self, value: Any) -> int:
         """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
+        kind = type(value)
+        if kind is float or kind is bool or value is None or (kind is int and -_SHORT_INT < value < _SHORT_INT):
+            return len(repr(value)) + 1  # ASCII text and a newline
         if isinstance(value, (bytes, bytearray)):
             return len(value)
         if isinstance(value, str) and value.isascii():

@@ -109,6 +109,17 @@ def fd_bufvec(fd: int, pos: int, size: int) -> int:
     return address
 
 
+def bytes_bufvec(data: bytes) -> int:
+    """A malloc'ed one-buffer bufvec holding a malloc'ed copy of ``data`` (``bufvec([data])`` in fewer calls)."""
+    memory = _malloc(len(data) or 1)
+    address = _malloc(_BUFVEC.size) if memory else None
+    if not address:
+        _free(memory)
+        raise MemoryError("malloc failed for a fuse_bufvec")
+    _memmove(memory, data, len(data))
+    _memmove(address, _BUFVEC.pack(1, 0, 0, len(data), 0, memory, -1, 0), _BUFVEC.size)
+    return address  # type: ignore[no-any-return]
+
 
 _BUFVEC_HEAD = struct.Struct("=QQQ")
 _BUF = struct.Struct("=Qi4xQi4xq")

@@ -302,12 +302,12 @@ class CheckpointFS:
         count = min(size, opened.content.size - offset)
         try:
             if count <= 0:
-                address = libfuse.bufvec([b""])
+                address = libfuse.bytes_bufvec(b"")
             elif opened.fd >= 0:
                 check_not_truncated(opened.fd, opened.start + offset, count)
                 address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
             elif opened.data is not None:
-                address = libfuse.bufvec([bytes(memoryview(opened.data)[offset : offset + count])])
+                address = libfuse.bytes_bufvec(bytes(memoryview(opened.data)[offset : offset + count]))
             else:
                 address = libfuse.bufvec(self._buffers(opened.content.cover(offset, count)))
         except Exception as exc:  # one bad read is one EIO and a log line: the daemon serves on
