@@ -366,6 +366,8 @@ class CheckpointFS:
         wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
+        # A kernel without no_open support would fail the open answered with ENOSYS.
+        self.stateless = self.stateless and bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
         self.initialized = True
         if self._on_init is not None:
             self._on_init()
