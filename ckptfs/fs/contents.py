@@ -14,8 +14,13 @@ from ckptfs.fs.zarr import chunk_pieces, chunk_size
 from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.model.records import Tensor
 
+KEPT_SIZED_BYTES = 16 << 20
+"""An index or ``model.safetensors`` made for its size alone stays made up to this size: a listing's next step is
+often to read it (``find -exec cat``, ``cp -r``), which would make it again."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
+_SHORT_INT = 1 << 64
+"""Ints within this have a decimal text (a longer one may not: ``files.value_bytes``)."""
 
 
 class Contents:
@@ -45,6 +50,8 @@ class Contents:
 
     def _size(self, node: Node) -> int:
         kind = node.kind
+        if kind is Kind.VALUE:
+            return self.value_size(node.value)
         if kind is Kind.TENSOR:
             tensor: Tensor = node.value
             return tensor.nbytes if tensor.has_data else 0
@@ -56,18 +63,20 @@ class Contents:
             with self._lock:
                 kept = self._made
                 size = self.safetensors(node).size if kind is Kind.BUNDLE else len(self.index_bytes())
-                self._made = kept  # a listing needs its size only: made again when opened
+                if size > KEPT_SIZED_BYTES:
+                    self._made = kept  # a listing needs its size only: made again when opened
                 return size
         if kind is Kind.ZARR_CHUNK:
             return chunk_size(node)  # type: ignore[arg-type]
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
-        if kind is Kind.VALUE:
-            return self.value_size(node.value)
         return len(self.content(node))
 
     def value_size(self, value: Any) -> int:
         """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""
+        kind = type(value)
+        if kind is float or kind is bool or value is None or (kind is int and -_SHORT_INT < value < _SHORT_INT):
+            return len(repr(value)) + 1  # ASCII text and a newline
         if isinstance(value, (bytes, bytearray)):
             return len(value)
         if isinstance(value, str) and value.isascii():

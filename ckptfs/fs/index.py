@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Protocol
 
 from ckptfs.checkpoint import Checkpoint
@@ -85,8 +86,9 @@ def make_index(layout: Tree) -> bytearray:
         elif node.kind is Kind.LINK:
             line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
         else:
-            size = layout.value_size(node.value)
-            shown = f'"value": {scalar_text(encode_leaf(node.value))}' if size <= INLINE_VALUE_BYTES else ""
+            value = node.value
+            size = layout.value_size(value)
+            shown = f'"value": {_value_text(value)}' if size <= INLINE_VALUE_BYTES else ""
             line += f', "kind": "value", "size": {size}{", " if shown else ""}{shown}}}'
         entries += (line + ",\n").encode()
     if ck.tensors:
@@ -95,6 +97,13 @@ def make_index(layout: Tree) -> bytearray:
     tensors += memoryview(entries)[:-2]
     tensors += b"\n]}\n"
     return tensors
+
+
+def _value_text(value: Any) -> str:
+    """``scalar_text(encode_leaf(value))``, quicker for the float a value most often is."""
+    if type(value) is float and math.isfinite(value):
+        return float.__repr__(value)
+    return scalar_text(encode_leaf(value))
 
 
 def _head(layout: Tree) -> bytearray:

@@ -222,8 +222,7 @@ class Layout(Contents):
 
     def listing_sizes(self, directory: Dir, start: int, stop: int) -> list[int]:
         """``sizes(listing_slice(directory, start, stop))``, made in bulk without a node per view."""
-        self.entries(directory)
-        if stop - start < BULK_SIZES:
+        if min(stop, self.listing_length(directory)) - start < BULK_SIZES:
             return self.sizes(self.listing_slice(directory, start, stop))
         return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
+import os
 from typing import Any
 
 from ckptfs.errors import MountError
@@ -40,10 +41,17 @@ class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
             log.exception("readdir %r", path)
             return -errno.EIO
 
+    def open(self, path: bytes, fip: Any) -> int:
+        """ENOSYS for a file system whose reads need no open (``CheckpointFS.stateless``): the kernel then opens
+        every file itself, without a request (and sends no release)."""
+        if self.operations.stateless and fip.contents.flags & os.O_ACCMODE == os.O_RDONLY:
+            return -errno.ENOSYS
+        return super().open(path, fip)  # type: ignore[no-any-return]
+
     def read_buf(self, path: int, bufpp: int, size: int, offset: int, fip: int) -> int:
         """Raw addresses (see ``bindings.RawReadBuf``): no path bytes, no pointer objects, no mfusepy wrapper."""
         try:
-            return self.operations.read_buf(bufpp, size, offset, _U64.from_address(fip + _FH_OFFSET).value)
+            return self.operations.read_buf(bufpp, size, offset, _U64.from_address(fip + _FH_OFFSET).value, path)
         except BaseException:
             log.exception("read_buf")
             return -errno.EIO

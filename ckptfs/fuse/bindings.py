@@ -30,6 +30,7 @@ FUSE_BUF_FD_SEEK = 1 << 2
 
 FUSE_CAP_READDIRPLUS = 1 << 13
 FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
+FUSE_CAP_NO_OPEN_SUPPORT = 1 << 17
 FUSE_CAP_CACHE_SYMLINKS = 1 << 23
 
 FUSE_READDIR_PLUS = 1 << 0
@@ -108,6 +109,17 @@ def fd_bufvec(fd: int, pos: int, size: int) -> int:
     _memmove(address, _BUFVEC.pack(1, 0, 0, size, FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK, 0, fd, pos), _BUFVEC.size)
     return address
 
+
+def bytes_bufvec(data: bytes) -> int:
+    """A malloc'ed one-buffer bufvec holding a malloc'ed copy of ``data`` (``bufvec([data])`` in fewer calls)."""
+    memory = _malloc(len(data) or 1)
+    address = _malloc(_BUFVEC.size) if memory else None
+    if not address:
+        _free(memory)
+        raise MemoryError("malloc failed for a fuse_bufvec")
+    _memmove(memory, data, len(data))
+    _memmove(address, _BUFVEC.pack(1, 0, 0, len(data), 0, memory, -1, 0), _BUFVEC.size)
+    return address  # type: ignore[no-any-return]
 
 
 _BUFVEC_HEAD = struct.Struct("=QQQ")

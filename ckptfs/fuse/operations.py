@@ -10,6 +10,9 @@ one little-endian range with a buffer naming the source's file descriptor and
 absolute offset, so libfuse reads the bytes itself and they never pass through
 Python. Everything else (strided or byte-swapped tensors, deflated records,
 generated files) is read into memory and handed over the same way.
+
+A read-only mount answers the first open with ENOSYS: the kernel then opens files without asking (``stateless``),
+and a read finds its file by path among those kept (``fuse.opened``), so reading a small file whole is one request.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from ckptfs.checkpoint import Checkpoint
-from ckptfs.errors import CkptfsError, ObjectChangedError, SourceError
+from ckptfs.errors import CkptfsError, ObjectChangedError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs.pieces import Content, Part, SourceBytes, part_bytes
+from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
+from ckptfs.fuse.opened import KeptFiles, OpenFile, check_not_truncated
 from ckptfs.sources import SourceStat
 
 mfusepy = libfuse.load_mfusepy()
@@ -43,6 +47,9 @@ BLOCK_SIZE = 1 << 20
 CACHE_TIMEOUT = 86400.0
 """Entry, attribute and negative-lookup timeouts: the source is treated as immutable while mounted."""
 STATFS_BLOCK = 4096
+UNKNOWN_SIZE = 1
+"""What a file whose size cannot be computed lists: not 0, or its reads would end at the kernel (no open reaches
+``open``, see ``stateless``) instead of failing with EIO here."""
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
@@ -82,20 +89,14 @@ class _Window:
     """Where ``memory`` is."""
 
 
-@dataclass(slots=True)
-class OpenFile:
-    path: str
-    content: Content
-    fd: int = -1
-    """Where the whole file is one stored extent: its bytes are ``content.size`` bytes of this descriptor
-    at ``start`` (answered without looking at the pieces)."""
-    start: int = 0
-
-
 class CheckpointFS:
     """Callbacks for mfusepy; it installs the ones this object has (raw C arguments where noted)."""
 
     use_ns = True
+    stateless = True
+    """Reads need no open: ``open`` answers ENOSYS, after which the kernel sends neither opens nor releases (its
+    ``no_open``, keeping each file's page cache), and reads find their file by path. A small file read whole then
+    costs one request, not three (open, read, release)."""
 
     def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None, *,
                  uid: int | None = None, gid: int | None = None, umask: int | None = None) -> None:
@@ -107,6 +108,8 @@ class CheckpointFS:
         self._on_init = on_init
         self.initialized = False
         self._files: dict[int, OpenFile] = {}
+        self._kept = KeptFiles()
+        """``stateless`` reads' files by path."""
         self._listings: dict[int, _Listing] = {}
         self._window: _Window | None = None
         self._listed = 0
@@ -150,15 +153,15 @@ class CheckpointFS:
         st.st_blocks = (size + 511) >> 9
 
     def _size(self, node: Node) -> int:
-        """The node's file size, at most ``MAX_FILE_SIZE``; 0 (logged) when it cannot be computed, so that its
-        listing still lists."""
+        """The node's file size, at most ``MAX_FILE_SIZE``; ``UNKNOWN_SIZE`` (logged) when it cannot be computed,
+        so that its listing still lists."""
         if node.size >= 0:
             return min(node.size, MAX_FILE_SIZE)
         try:
             return min(self.layout.size(node), MAX_FILE_SIZE)
         except Exception:
             log.exception("%s: cannot compute its size", self.layout.path_of(node))
-            return 0
+            return UNKNOWN_SIZE
 
     def _node(self, path: bytes) -> Node | None:
         return self.layout.lookup(path.decode("utf-8", "surrogateescape"))
@@ -278,24 +281,33 @@ class CheckpointFS:
         return handle
 
     def _open(self, path: str, node: Node) -> OpenFile:
+        if node.kind is Kind.VALUE:  # its bytes made once, its size theirs (as listed: fs.contents.value_size)
+            data = self.layout.content(node)
+            return OpenFile(path, Content([Literal(data)], len(data)), data=data)
         content = Content(self.layout.pieces(node), self._size(node))
         first = content.pieces[0] if len(content.pieces) == 1 else None
         if isinstance(first, SourceBytes) and (fd := first.extent.source.fileno()) is not None:
             return OpenFile(path, content, fd=fd, start=first.extent.offset)
+        if isinstance(first, Literal) and len(first.data) == content.size:
+            return OpenFile(path, content, data=first.data)
         return OpenFile(path, content)
 
-    def read_buf(self, bufpp: int, size: int, offset: int, handle: int) -> int:
-        """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one."""
-        opened = self._files.get(handle)
+    def read_buf(self, bufpp: int, size: int, offset: int, handle: int, path: int = 0) -> int:
+        """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one.
+
+        ``handle`` 0 (no open was made, see ``stateless``): the file is found by ``path``, a C string's address."""
+        opened = self._files.get(handle) if handle else self._by_path(ctypes.string_at(path)) if path else None
         if opened is None:
-            return -errno.EBADF
+            return -errno.EBADF if handle else -errno.EIO
         count = min(size, opened.content.size - offset)
         try:
             if count <= 0:
-                address = libfuse.bufvec([b""])
+                address = libfuse.bytes_bufvec(b"")
             elif opened.fd >= 0:
-                _check_not_truncated(opened.fd, opened.start + offset, count)
+                check_not_truncated(opened.fd, opened.start + offset, count)
                 address = libfuse.fd_bufvec(opened.fd, opened.start + offset, count)
+            elif opened.data is not None:
+                address = libfuse.bytes_bufvec(bytes(memoryview(opened.data)[offset : offset + count]))
             else:
                 address = libfuse.bufvec(self._buffers(opened.content.cover(offset, count)))
         except Exception as exc:  # one bad read is one EIO and a log line: the daemon serves on
@@ -305,13 +317,32 @@ class CheckpointFS:
         _VOIDP.from_address(bufpp).value = address
         return 0
 
+    def _by_path(self, raw: bytes) -> OpenFile | None:
+        """The file at ``raw`` as an open would make it, kept for the reads that follow; None (logged) if it cannot
+        be made, as ``open`` would fail."""
+        opened = self._kept.get(raw)
+        if opened is not None:
+            return opened
+        path = raw.decode("utf-8", "surrogateescape")
+        node = self.layout.lookup(path)
+        if node is None or node.kind is Kind.DIR:
+            log.error("%s: read of a path that is no file", path)
+            return None
+        try:
+            opened = self._open(path, node)
+        except (CkptfsError, OSError) as exc:
+            log.error("%s: %s", path, exc)
+            return None
+        self._kept.add(raw, opened)
+        return opened
+
     def _buffers(self, parts: list[Part]) -> list[libfuse.FdRange | bytes]:
         """What libfuse sends for these parts: file-descriptor ranges for stored extents, bytes for the rest."""
         buffers: list[libfuse.FdRange | bytes] = []
         for part in parts:
             piece = part.piece
             if isinstance(piece, SourceBytes) and (fd := piece.extent.source.fileno()) is not None:
-                _check_not_truncated(fd, piece.extent.offset + part.start, part.length)
+                check_not_truncated(fd, piece.extent.offset + part.start, part.length)
                 buffers.append((fd, piece.extent.offset + part.start, part.length))
             else:
                 buffers.append(part_bytes(self.checkpoint, part))
@@ -335,6 +366,8 @@ class CheckpointFS:
         wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
+        # A kernel without no_open support would fail the open answered with ENOSYS.
+        self.stateless = self.stateless and bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
         self.initialized = True
         if self._on_init is not None:
             self._on_init()
@@ -344,16 +377,6 @@ class CheckpointFS:
 
     write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
     chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
-
-
-def _check_not_truncated(fd: int, pos: int, count: int) -> None:
-    """libfuse would pass a short read on as end of file: a source cut while mounted is an I/O error.
-
-    lseek is the cheapest way to the source's size now (every read is a pread: the position is unused).
-    """
-    available = os.lseek(fd, 0, os.SEEK_END)
-    if available < pos + count:
-        raise SourceError(f"the source was truncated to {available} bytes")
 
 
 _COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}

@@ -94,6 +94,8 @@ def has_surrogates(text: str) -> bool:
 def key_text(key: Key) -> str:
     if type(key) is str and key.isascii():  # no surrogates: the key is its own JSON value
         return quote(key)
+    if type(key) is int and -JSON_SAFE_INT < key < JSON_SAFE_INT:  # a list's index
+        return int.__repr__(key)
     return scalar_text(encode_key(key))
 
 

@@ -288,8 +288,10 @@ class Bench:
         else:
             for name in ("big.pt", "many.pt", "many_legacy.pt", "checkpoints.json", "root-entries-zip.txt",
                          "root-entries-legacy.txt", "root-entries-scale.txt",
-                         *(p.name for p in self.workdir.glob("moe-*"))):
+                         *(p.name for p in self.workdir.glob("moe-*")),
+                         *(p.name for p in self.workdir.glob("values-*") if p.is_file())):
                 with contextlib.suppress(OSError):
                     (self.workdir / name).unlink()
-            for name in ("bin", "mnt", "views", "scale-cache", "metadata-cache"):
+            for name in ("bin", "mnt", "views", "scale-cache", "metadata-cache",
+                         *(p.name for p in self.workdir.glob("values-tree-*"))):
                 shutil.rmtree(self.workdir / name, ignore_errors=True)

@@ -116,6 +116,7 @@ def fmt_value(v: float | None, unit: str) -> str:
 
 def render_table(res: Results) -> str:
     sides = ["raw", "cpass", "clist", "cpickle", "floor", "tensorfile", "ckptfs", "alt", "ratar", "cp", "torch"]
+    sides += [s for s in res.side_notes if s not in sides]  # a section's own sides, after these
     present = [s for s in sides if any(s in f.values for f in res.figures.values())]
     lines = []
     head = ["figure"] + present

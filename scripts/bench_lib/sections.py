@@ -7,6 +7,7 @@ import big
 import dcp_scale
 import many
 import scale
+import values
 import views
 import write
 import write_fill
@@ -67,6 +68,7 @@ SECTIONS = (
     Section(("views",), _views, _views_checks, default=False),
     Section(("remote",), _remote, default=False),
     Section(("scale",), _scale, _scale_checks, default=False, own_checkpoint=True),
+    Section(("values",), values.run, values.define_checks, default=False, own_checkpoint=True),
     Section(("distributed",), _distributed, default=False, own_checkpoint=True),
     Section(("write",), write.run, _write_checks, default=False, own_checkpoint=True),
     Section(("write-fill",), _write_fill, default=False, own_checkpoint=True),

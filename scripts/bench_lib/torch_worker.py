@@ -5,6 +5,7 @@ Reads one JSON command per line on stdin and answers one JSON line on stdout:
   {"op": "make_big", "path": P, "nbytes": N}            one float32 tensor of N bytes
   {"op": "make_many", "path": P, "count": N, "legacy": B}  N small tensors, mixed dtypes
   {"op": "make_moe", "path": P, "count": N}              N small tensors named like a mixture of experts
+  {"op": "make_values", "path": P, "count": N, "kind": K}  about N plain values (flat or nested), no tensor
   {"op": "load", "path": P, "mmap": B}                   torch.load (weights_only) + names and shapes
   {"op": "quit"}
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import sys
 import time
 
@@ -96,6 +98,26 @@ def make_moe(count: int) -> dict[str, torch.Tensor]:
     return sd
 
 
+def make_values(count: int, kind: str) -> dict:
+    """Plain values only, each shown as a small file. ``flat``: one list of ``count - 2`` floats (a loss history,
+    9 pickle bytes each) beside two scalars: ``count`` value files in one directory. ``nested``: an optimizer-like
+    state, per parameter a dict of floats, an int, a bool, a str, None and a two-int shape list (11 value files
+    with its id in the groups' list and its loss), about ``count`` in all. Seeded: the same at every run."""
+    rng = random.Random(3)
+    if kind == "flat":
+        return {"losses": [rng.random() for _ in range(count - 2)], "epoch": 3, "lr": 1e-3}
+    groups = ("attn", "mlp", "norm", "embed")
+    n = count // 11
+    state = {i: {"lr": rng.choice([1e-4, 3e-4, 1e-3]) * rng.random(), "weight_decay": round(rng.random() * 0.1, 4),
+                 "step": rng.randrange(1 << 20), "frozen": rng.random() < 0.1,
+                 "dtype": rng.choice(["bfloat16", "float32"]),
+                 "shape": [rng.choice([64, 128, 4096]), rng.choice([64, 4096, 11008])], "note": None,
+                 "name": f"layers.{i // 4}.{groups[i % 4]}"} for i in range(n)}
+    return {"state": state,
+            "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "params": list(range(n))}],
+            "loss_history": [rng.random() for _ in range(n)], "tokens": b"\x00\x01tok", "epoch": 3}
+
+
 def handle(cmd: dict) -> dict:
     op = cmd["op"]
     if op == "make_big":
@@ -119,6 +141,9 @@ def handle(cmd: dict) -> dict:
         sd = make_moe(cmd["count"])
         torch.save(sd, cmd["path"])
         return {"count": len(sd)}
+    if op == "make_values":
+        torch.save(make_values(cmd["count"], cmd["kind"]), cmd["path"])
+        return {}
     if op == "load":
         gc.collect()
         t0 = time.perf_counter()

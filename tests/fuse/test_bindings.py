@@ -37,6 +37,7 @@ int main(void) {
     printf("FUSE_BUF_IS_FD %d\nFUSE_BUF_FD_SEEK %d\n", FUSE_BUF_IS_FD, FUSE_BUF_FD_SEEK);
     printf("FUSE_CAP_READDIRPLUS %d\nFUSE_CAP_READDIRPLUS_AUTO %d\nFUSE_CAP_CACHE_SYMLINKS %d\n",
            FUSE_CAP_READDIRPLUS, FUSE_CAP_READDIRPLUS_AUTO, FUSE_CAP_CACHE_SYMLINKS);
+    printf("FUSE_CAP_NO_OPEN_SUPPORT %d\n", FUSE_CAP_NO_OPEN_SUPPORT);
     printf("FUSE_READDIR_PLUS %d\nFUSE_FILL_DIR_PLUS %d\n", FUSE_READDIR_PLUS, FUSE_FILL_DIR_PLUS);
     return 0;
 }
@@ -72,7 +73,7 @@ def test_fuse_buf_and_bufvec_match_fuse_common_h(header: dict[str, tuple[int, ..
 
 def test_flags_and_capabilities_match_the_headers(header: dict[str, tuple[int, ...]]) -> None:
     for name in ("FUSE_BUF_IS_FD", "FUSE_BUF_FD_SEEK", "FUSE_CAP_READDIRPLUS", "FUSE_CAP_READDIRPLUS_AUTO",
-                 "FUSE_CAP_CACHE_SYMLINKS", "FUSE_READDIR_PLUS", "FUSE_FILL_DIR_PLUS"):
+                 "FUSE_CAP_CACHE_SYMLINKS", "FUSE_CAP_NO_OPEN_SUPPORT", "FUSE_READDIR_PLUS", "FUSE_FILL_DIR_PLUS"):
         assert (getattr(libfuse, name),) == header[name], name
 
 

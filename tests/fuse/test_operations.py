@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,10 @@ import ckptfs
 from ckptfs import Limits
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir
-from ckptfs.fs.pieces import piece_bytes
+from ckptfs.fs.pieces import Content, Literal, piece_bytes
+from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import operations as fuse_ops
+from ckptfs.fuse.opened import KeptFiles, OpenFile
 
 
 def _stat_of(fs: fuse_ops.CheckpointFS, path: str) -> bytes:
@@ -100,7 +104,7 @@ def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert fs._listed <= 10 + len(kept.sizes)
 
 
-def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
+def test_an_entry_whose_size_fails_lists_one_byte_and_its_siblings_keep_theirs(tmp_path: Path) -> None:
     """Sizes are computed for a whole listing at once; one sidecar over max_generated_bytes spoils only itself."""
     path = save_zip({"a": torch.zeros(2), "k" * 3000: torch.ones(3), "z": torch.zeros(1)}, tmp_path / "long.pt")
     with ckptfs.open(path, Limits(max_generated_bytes=2000)) as ck:
@@ -108,7 +112,7 @@ def test_an_entry_whose_size_fails_lists_empty_and_its_siblings_keep_theirs(tmp_
         fs = fuse_ops.CheckpointFS(ck, layout)
         sizes = {name: fuse_ops._STAT.from_buffer_copy(st).st_size for name, st, _ in _readdir(fs, "/")}
         long_name = layout.node_of(ck.tensors[1]).name
-        assert sizes[long_name + ".json"] == 0
+        assert sizes[long_name + ".json"] == fuse_ops.UNKNOWN_SIZE == 1
         assert sizes[long_name] == 12
         for name in ("a.json", "z.json"):
             assert sizes[name] == len(layout.content(layout.lookup("/" + name))) > 0
@@ -134,3 +138,51 @@ def test_a_read_across_a_views_header_is_one_answer_with_its_data_as_fd_ranges(t
         stored = [b for b in fs._buffers(fs._open("/model.safetensors", layout.lookup("/model.safetensors"))
                                          .content.cover(0, 1 << 20)) if isinstance(b, tuple)]  # type: ignore[arg-type]
         assert sorted(length for _, _, length in stored) == sorted([v.nbytes, w.nbytes])  # t is gathered
+
+
+def _read_by_path(fs: fuse_ops.CheckpointFS, path: str, size: int, offset: int) -> bytes | int:
+    """A read as libfuse makes it without an open (file handle 0): the bytes its bufvec holds, or the error."""
+    raw = ctypes.create_string_buffer(path.encode())
+    answer = ctypes.c_void_p()
+    status = fs.read_buf(ctypes.addressof(answer), size, offset, 0, ctypes.addressof(raw))
+    if status:
+        return status
+    assert answer.value is not None
+    vec = libfuse.FuseBufvec.from_address(answer.value)
+    bufs = (libfuse.FuseBuf * vec.count).from_address(answer.value + libfuse.FuseBufvec.buf.offset)
+    return b"".join(os.pread(buf.fd, buf.size, buf.pos) if buf.flags & libfuse.FUSE_BUF_IS_FD else
+                    ctypes.string_at(buf.mem, buf.size) for buf in bufs)
+
+
+def test_reads_without_an_open_find_each_file_by_path(tmp_path: Path) -> None:
+    w = torch.arange(6.0)
+    with ckptfs.open(save_zip({"w": w, "lr": 0.5, "name": "é" * 50, "t": w[::2]}, tmp_path / "r.pt")) as ck:
+        layout = Layout(ck)
+        fs = fuse_ops.CheckpointFS(ck, layout)
+        assert fs.stateless
+        wanted = {"/w": w.numpy().tobytes(), "/t": w[::2].numpy().tobytes(), "/lr": b"0.5\n",
+                  "/name": ("é" * 50 + "\n").encode(), "/w.json": bytes(layout.content(layout.lookup("/w.json"))),
+                  "/.ckptfs/index.json": bytes(layout.index_bytes())}
+        for _ in range(2):  # made, then kept
+            for path, data in wanted.items():
+                assert _read_by_path(fs, path, 1 << 20, 0) == data, path
+                assert _read_by_path(fs, path, 7, 3) == data[3:10], path
+                assert _read_by_path(fs, path, 10, len(data)) == b""
+        assert len(fs._kept) == len(wanted)
+        for missing in ("/nothing", "/", "/w/x"):
+            assert _read_by_path(fs, missing, 10, 0) == -errno.EIO
+
+
+def test_files_kept_for_reads_without_an_open_are_bounded(tmp_path: Path) -> None:
+    kept = KeptFiles(files=3, nbytes=100)
+    made = [OpenFile(str(i), Content([Literal(bytes(30))]), data=bytes(30)) for i in range(5)]
+    for i, opened in enumerate(made[:3]):
+        kept.add(str(i).encode(), opened)
+    assert len(kept) == 3 and kept.nbytes == 90 and kept.get(b"2") is made[2]
+    kept.add(b"3", made[3])  # a fourth file: all let go first
+    assert len(kept) == 1 and kept.nbytes == 30 and kept.get(b"0") is None and kept.get(b"3") is made[3]
+    big = OpenFile("big", Content([Literal(bytes(500)), Literal(bytes(20))]))
+    kept.add(b"big", big)  # over the bytes alone: kept by itself
+    assert len(kept) == 1 and kept.nbytes == 520 and kept.get(b"big") is big
+    kept.add(b"4", made[4])
+    assert len(kept) == 1 and kept.nbytes == 30
