@@ -26,6 +26,7 @@ from isal.isal_zlib import crc32
 from ckptfs.errors import NotWritableError, WritePastEndError
 from ckptfs.formats.zip_checkpoint import ZipParsed
 from ckptfs.model.records import Storage, Tensor, path_of
+from ckptfs.write_back import WriteBack
 from ckptfs.writing.targets import Target, Targets
 from ckptfs.writing.zip_crc import crc_places, directory_positions, set_crc
 
@@ -101,6 +102,7 @@ class TensorWriter:
                 raise NotWritableError("already open for writing (by a -o rw mount or ckptfs.open(mode='r+'))",
                                        path) from None
             raise NotWritableError(f"cannot lock for writing: {exc.strerror}", path) from None
+        self._write_back = WriteBack(self._fd)
 
     def target(self, tensor: Tensor) -> Target:
         """Where the tensor's bytes are written; NotWritableError saying why it is read-only."""
@@ -131,6 +133,7 @@ class TensorWriter:
             record.writing += 1
         try:
             _pwrite_all(self._fd, view, target.storage.offset + start)
+            self._write_back.written(target.storage.offset + start, len(view))
         finally:
             with record.lock:
                 record.writing -= 1
@@ -177,6 +180,7 @@ class TensorWriter:
         try:
             self.sync()
         finally:
+            self._write_back.close()
             os.close(self._fd)
             self._fd = -1
 
