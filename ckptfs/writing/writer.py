@@ -87,9 +87,6 @@ class TensorWriter:
         self._records: dict[int, _Record] = {}
         self._positions: dict[str, int] | None = None
         self._lock = threading.Lock()
-        self.mark_written = True
-        """Whether a storage whose record's CRC is set or zeroed has its ``written`` changed to say so (a mount
-        keeps the ones its files were listed with: their sidecars' sizes depend on them)."""
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
@@ -162,8 +159,7 @@ class TensorWriter:
                 entry = self._archive.entries[self._archive.prefix + record.storage.record]
                 entry.crc = crc
                 record.crc_set, record.pending, record.was_whole = crc != 0, False, True
-                if self.mark_written:
-                    record.storage.written = True
+                record.storage.written = True
                 finished.append(record.storage)
         return finished
 
@@ -209,8 +205,7 @@ class TensorWriter:
         were)."""
         record.crc_set = False
         self._archive.entries[self._archive.prefix + record.storage.record].crc = 0
-        if self.mark_written:
-            record.storage.written = False
+        record.storage.written = False
 
     def _crc_of(self, storage: Storage) -> int:
         crc = 0
