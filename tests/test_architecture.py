@@ -10,7 +10,8 @@ import ckptfs
 PACKAGE = Path(ckptfs.__file__).parent
 
 LAYERS = [
-    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts", "ckptfs.output_files"],
+    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts", "ckptfs.output_files",
+     "ckptfs.write_back", "ckptfs.file_crc"],
     ["ckptfs.sources"],
     ["ckptfs.pickle"],
     ["ckptfs.model"],

@@ -102,7 +102,8 @@ class Layout(Contents):
         for 200,000 tensors (a listing needs only their sizes, kept on their nodes; an open file its pieces)."""
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.views = make_views(self.paths, checkpoint.extents, self.view_names)
+        self.views = make_views(self.paths, checkpoint.extents, self.view_names,
+                                steady_written=checkpoint.writer is not None)
         self._view_of_slot: list[View | None] = [None] * SLOTS
         for view in self.views:
             self._view_of_slot[view.slot] = view

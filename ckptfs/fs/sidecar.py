@@ -8,7 +8,10 @@ markers where the per-tensor values go, and each sidecar is the template with
 the markers filled in. Uncommon tensors (quantized, without data, held in the
 pickle) are rendered whole. The key path's text comes from ``PathTexts``
 (cached per parent, bounded by ``max_generated_bytes``). The output is
-byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them).
+byte-for-byte what ``json.dumps(tensor_metadata(t))`` gives (tests compare them),
+but for one space in a writable mount's (``steady_written``): there a storage's
+``written`` turns true once its bytes are written, while its sidecar stays the
+size it was listed with, so ``true`` is written ``" true"``, as wide as ``false``.
 """
 
 from __future__ import annotations
@@ -69,15 +72,16 @@ class _Template:
 class SidecarMaker:
     """Sidecar bytes of tensors, one template per family (see the module docstring)."""
 
-    def __init__(self, paths: PathTexts | None = None) -> None:
+    def __init__(self, paths: PathTexts | None = None, steady_written: bool = False) -> None:
         self._paths = paths or PathTexts(Limits().max_generated_bytes)
         self._templates: dict[tuple[Any, ...], _Template] = {}
+        self._steady = steady_written
 
     def __call__(self, tensor: Tensor) -> bytes:
         path = self._paths.path_text(tensor.trail)
         template = self._template(tensor)
         if template is None:
-            text = dumps(_with_path_marker(tensor)).replace(dumps(_PATH), path, 1)
+            text = self._written_text(dumps(_with_path_marker(tensor))).replace(dumps(_PATH), path, 1)
             return (text + "\n").encode("ascii")
         return template.text.format(path, *template.varying(tensor)).encode("ascii")
 
@@ -112,21 +116,28 @@ class SidecarMaker:
             return None
         template = self._templates.get(family)
         if template is None:
-            template = self._templates[family] = _make_template(tensor)
+            template = self._templates[family] = _make_template(tensor, self._written_text)
         return template
+
+    def _written_text(self, text: str) -> str:
+        return text.replace(_WRITTEN, _STEADY_WRITTEN, 1) if self._steady else text
+
+
+_WRITTEN = '"written": true'
+_STEADY_WRITTEN = '"written":  true'
 
 
 def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
     return tensor_metadata(tensor, path=_PATH)
 
 
-def _make_template(tensor: Tensor) -> _Template:
+def _make_template(tensor: Tensor, written_text: Callable[[str], str]) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
     for name in _STORAGE_FIELDS:
         meta["storage"][name] = _marker(name)
-    text = dumps(meta).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
+    text = written_text(dumps(meta)).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
     for field, name in enumerate(_VARYING, 1):
         text = text.replace(dumps(_marker(name)), f"{{{field}}}", 1)
     return _Template(text, *_varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))

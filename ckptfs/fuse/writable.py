@@ -4,7 +4,8 @@ Writes go through ``Checkpoint.writer`` (``ckptfs.writing``): into the tensor's 
 place. Opening for writing a file that is not a writable tensor's, and every other change (create, unlink,
 rename, truncate, setattr …), fails with EROFS; a write past a tensor's end with EFBIG. A record whose bytes are
 all written gets its CRC-32 when a file of it is closed (``flush``: before ``close`` returns), fsynced, released,
-and at unmount (``Checkpoint.close``). The kernel keeps no file's pages between opens (other files show the same
+and at unmount (``Checkpoint.close``); from then on its sidecars say ``"written":  true``, as wide as ``false``
+(``fs.sidecar``: the sizes they were listed with hold). The kernel keeps no file's pages between opens (other files show the same
 bytes: a tensor's views, tied links), and writes reach the daemon as they are made (no writeback cache).
 """
 
@@ -43,7 +44,6 @@ class WritableCheckpointFS(CheckpointFS):
         super().__init__(checkpoint, layout, on_init, uid=uid, gid=gid, umask=umask)
         assert checkpoint.writer is not None, "opened with mode='r+'"
         self.writer: TensorWriter = checkpoint.writer
-        self.writer.mark_written = False  # sidecars keep the sizes they were listed with
         self._tensors: dict[int, Tensor] = {}
         """The tensor of each handle opened for writing."""
         source = checkpoint.source.stat()

@@ -1,31 +1,49 @@
 """Writing an output file: beside its final name, renamed when complete; bytes moved by the kernel where it can.
 
-CRC-32s are ISA-L's (``isal``): 9-14 GiB/s here against zlib's 1.2-1.6, the
-difference between a conversion as fast as ``cp`` and one that is not.
-
 Stored byte ranges of local files go by ``copy_file_range`` (or ``sendfile``
 where the output is on another file system), a bounded chunk at a time, so
 memory stays flat whatever the size; the rest is written from memory. A file
 is written as ``NAME.ckptfs-partial`` in the output's directory, fsynced and
 renamed; on any error or interrupt it is removed and nothing is left behind.
+
+The CRC-32 of each range the kernel copied is computed on a thread beside the
+copying one, in copy order (``Behind``), read through a mapping of the source's
+page cache (``file_crc``); the disk's writeback of the written ranges is started
+as they are written (``WriteBack``).
 """
 
 from __future__ import annotations
 
 import errno
-import mmap
+import functools
 import os
 from typing import BinaryIO, Callable
 
 from isal.isal_zlib import crc32
 
 from ckptfs.errors import OutputError
+from ckptfs.file_crc import file_crc32
+from ckptfs.write_back import Behind, WriteBack
 
 CHUNK = 8 << 20
 """Bytes copied at a time: the most a conversion holds in memory."""
 
 KernelCopy = Callable[[int, int, int, int, int], int]
 """``copy(source_fd, out_fd, count, source_offset, out_offset)``: bytes copied at those offsets."""
+
+
+class Crc:
+    """A CRC-32 carried on over the pieces of one record, in order."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, data: bytes | memoryview) -> None:
+        self.value = crc32(data, self.value)
+
+    def carry(self, fd: int, offset: int, count: int) -> None:
+        """Carried over a file's range, read through its page cache."""
+        self.value = file_crc32(fd, offset, count, self.value)
 
 
 def _copy_file_range(source: int, out: int, count: int, source_offset: int, out_offset: int) -> int:
@@ -45,7 +63,9 @@ def kernel_copies() -> list[KernelCopy]:
 
 
 class Output:
-    """A file written front to back through its descriptor, counting its position and the bytes moved."""
+    """A file written front to back through its descriptor, counting its position and the bytes moved.
+
+    Use it as a context manager: the work behind the copies stops on leaving the block."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.fd = stream.fileno()
@@ -53,16 +73,39 @@ class Output:
         self.copies = kernel_copies()
         self.moved = 0
         """Data bytes written so far (what a progress line shows)."""
+        self.crcs = Behind("crc")
+        """CRC-32s of copied ranges, pending: ``crcs.wait()`` before reading a ``Crc`` given to ``copy``."""
+        self.write_back = WriteBack(self.fd)
+
+    def __enter__(self) -> Output:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.crcs.close()
+        self.write_back.close()
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
+        start = self.position
         while view:
             done = os.pwrite(self.fd, view, self.position)
             self.position += done
             view = view[done:]
+        self.write_back.written(start, self.position - start)
 
-    def copy(self, source: int, offset: int, count: int, crc: int) -> int:
-        """``count`` bytes of file ``source`` from ``offset``, by the kernel where it can; the CRC-32 carried on."""
+    def reserve(self, count: int) -> int:
+        """``count`` bytes skipped, to be written later with ``write_at``: where they start."""
+        self.position += count
+        return self.position - count
+
+    def write_at(self, data: bytes, position: int) -> None:
+        """``data`` at ``position``, already passed (a record's descriptor once its CRC is known)."""
+        if os.pwrite(self.fd, data, position) != len(data):
+            raise OutputError(f"file descriptor {self.fd}: short write of {len(data)} bytes")
+
+    def copy(self, source: int, offset: int, count: int, crc: Crc) -> None:
+        """``count`` bytes of file ``source`` from ``offset``, by the kernel where it can; ``crc`` carried on
+        (behind the copy: read it after ``crcs.wait()``)."""
         end = offset + count
         while offset < end:
             step = min(CHUNK, end - offset)
@@ -76,25 +119,16 @@ class Output:
                     continue
                 if done == 0:
                     raise OutputError(f"file descriptor {source}: ended while being copied")
-                crc = _mapped_crc(source, offset, done, crc)
+                self.crcs.submit(functools.partial(crc.carry, source, offset, done))
+                self.write_back.written(self.position, done)
                 self.position += done
             else:
                 data = os.pread(source, step, offset)
                 if not data:
                     raise OutputError(f"file descriptor {source}: ended while being copied")
                 done = len(data)
-                crc = crc32(data, crc)
+                self.crcs.wait()  # the ranges copied before this one come first in the CRC
+                crc.add(data)
                 self.write(data)
             offset += done
             self.moved += done
-        return crc
-
-
-def _mapped_crc(fd: int, offset: int, count: int, crc: int) -> int:
-    """The CRC-32 of a file's range read through a mapping of its page cache (no copy into memory)."""
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    # MAP_POPULATE: the pages mapped in one go, not a fault each (2.3 GB/s here against 1.7-2.1)
-    with mmap.mmap(fd, offset + count - start, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                   prot=mmap.PROT_READ, offset=start) as mapped:
-        with memoryview(mapped) as view, view[offset - start:] as part:
-            return crc32(part, crc)

@@ -19,7 +19,7 @@ from isal.isal_zlib import crc32
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.safetensors import LeftOut
 from ckptfs.output_files import partial_file, writing
-from ckptfs.saving.output import CHUNK, Output
+from ckptfs.saving.output import CHUNK, Crc, Output
 from ckptfs.saving.torch_pickle import Record, TorchPickler
 from ckptfs.saving.torch_zip import Entry, central_directory, descriptor, local_header
 
@@ -41,8 +41,8 @@ def save_torch(checkpoint: Checkpoint, path: str | os.PathLike[str]) -> list[Lef
     out = Path(path)
     pickler = TorchPickler(checkpoint.root, checkpoint.limits)
     pickle = pickler.dump()
-    with partial_file(out) as stream, writing(out):
-        TorchArchive(Output(stream), archive_prefix(out)).write(checkpoint, pickle, pickler.records)
+    with partial_file(out) as stream, writing(out), Output(stream) as output:
+        TorchArchive(output, archive_prefix(out)).write(checkpoint, pickle, pickler.records)
     return pickler.left_out
 
 
@@ -64,8 +64,10 @@ class TorchArchive:
         self._small("byteorder", b"little")
         for record in records:
             entry = self._begin(f"data/{record.key}", record.nbytes)
-            entry.crc = _copy_record(checkpoint, record, self.output)
-            self.output.write(descriptor(entry))
+            crc = Crc()
+            _copy_record(checkpoint, record, self.output, crc)
+            self._descriptor_behind(entry, crc)
+        self.output.crcs.wait()
         self._small("version", b"3\n")
         self._small(".data/serialization_id", self._serialization_id())
         self.output.write(central_directory(self.entries, self.output.position))
@@ -75,6 +77,15 @@ class TorchArchive:
         self.entries.append(entry)
         self.output.write(local_header(entry))
         return entry
+
+    def _descriptor_behind(self, entry: Entry, crc: Crc) -> None:
+        """The record's descriptor, written once the CRC-32s behind its copies are done; the copy goes on."""
+        position = self.output.reserve(len(descriptor(entry)))
+
+        def write() -> None:
+            entry.crc = crc.value
+            self.output.write_at(descriptor(entry), position)
+        self.output.crcs.submit(write)
 
     def _small(self, name: str, data: bytes) -> None:
         entry = self._begin(name, len(data))
@@ -96,19 +107,17 @@ def _hash_combine(seed: int, value: int) -> int:
     return (seed ^ (value + 0x9E3779B9 + (seed << 6) + (seed >> 2))) & _MASK
 
 
-def _copy_record(checkpoint: Checkpoint, record: Record, output: Output) -> int:
-    """The record's bytes to ``output``; their CRC-32."""
-    crc = 0
+def _copy_record(checkpoint: Checkpoint, record: Record, output: Output, crc: Crc) -> None:
+    """The record's bytes to ``output``, their CRC-32 carried on in ``crc``."""
     extents = checkpoint.extents(record.content)
     if extents is not None and all(extent.source.fileno() is not None for extent in extents):
         for extent in extents:
             fd = extent.source.fileno()
             assert fd is not None
-            crc = output.copy(fd, extent.offset, extent.length, crc)
-        return crc
+            output.copy(fd, extent.offset, extent.length, crc)
+        return
     for start in range(0, record.nbytes, CHUNK):
         data = checkpoint.read(record.content, start, min(CHUNK, record.nbytes - start))
-        crc = crc32(data, crc)
+        crc.add(data)
         output.write(data)
         output.moved += len(data)
-    return crc

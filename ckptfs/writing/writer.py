@@ -26,6 +26,7 @@ from isal.isal_zlib import crc32
 from ckptfs.errors import NotWritableError, WritePastEndError
 from ckptfs.formats.zip_checkpoint import ZipParsed
 from ckptfs.model.records import Storage, Tensor, path_of
+from ckptfs.write_back import WriteBack
 from ckptfs.writing.targets import Target, Targets
 from ckptfs.writing.zip_crc import crc_places, directory_positions, set_crc
 
@@ -86,9 +87,6 @@ class TensorWriter:
         self._records: dict[int, _Record] = {}
         self._positions: dict[str, int] | None = None
         self._lock = threading.Lock()
-        self.mark_written = True
-        """Whether a storage whose record's CRC is set or zeroed has its ``written`` changed to say so (a mount
-        keeps the ones its files were listed with: their sidecars' sizes depend on them)."""
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
@@ -101,6 +99,7 @@ class TensorWriter:
                 raise NotWritableError("already open for writing (by a -o rw mount or ckptfs.open(mode='r+'))",
                                        path) from None
             raise NotWritableError(f"cannot lock for writing: {exc.strerror}", path) from None
+        self._write_back = WriteBack(self._fd)
 
     def target(self, tensor: Tensor) -> Target:
         """Where the tensor's bytes are written; NotWritableError saying why it is read-only."""
@@ -131,6 +130,7 @@ class TensorWriter:
             record.writing += 1
         try:
             _pwrite_all(self._fd, view, target.storage.offset + start)
+            self._write_back.written(target.storage.offset + start, len(view))
         finally:
             with record.lock:
                 record.writing -= 1
@@ -159,8 +159,7 @@ class TensorWriter:
                 entry = self._archive.entries[self._archive.prefix + record.storage.record]
                 entry.crc = crc
                 record.crc_set, record.pending, record.was_whole = crc != 0, False, True
-                if self.mark_written:
-                    record.storage.written = True
+                record.storage.written = True
                 finished.append(record.storage)
         return finished
 
@@ -177,6 +176,7 @@ class TensorWriter:
         try:
             self.sync()
         finally:
+            self._write_back.close()
             os.close(self._fd)
             self._fd = -1
 
@@ -205,8 +205,7 @@ class TensorWriter:
         were)."""
         record.crc_set = False
         self._archive.entries[self._archive.prefix + record.storage.record].crc = 0
-        if self.mark_written:
-            record.storage.written = False
+        record.storage.written = False
 
     def _crc_of(self, storage: Storage) -> int:
         crc = 0

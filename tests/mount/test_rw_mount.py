@@ -91,6 +91,32 @@ def test_crcs_are_set_when_the_writing_program_closes_the_file(tmp_path: Path, m
     _umount(mnt)
 
 
+def test_a_sidecar_says_written_once_the_record_is_whole_and_keeps_its_size(tmp_path: Path,
+                                                                            mounter: Mounter) -> None:
+    path = save_skeleton(tmp_path / "skel.pt")
+    mnt = mounter(path, "-o", "rw")
+    sidecar = mnt / "big.json"
+    listed = {entry.name: entry.stat().st_size for entry in os.scandir(mnt)}
+    before = sidecar.read_bytes()
+    assert json.loads(before)["storage"]["written"] is False and len(before) == listed["big.json"]
+    data = torch_bytes(state()["big"])
+    with open(mnt / "big", "r+b") as f:
+        f.write(data[:1000])
+    assert json.loads(sidecar.read_bytes())["storage"]["written"] is False  # part of the record only
+    with open(mnt / "big", "r+b") as f:
+        f.seek(1000)
+        f.write(data[1000:])
+    after = sidecar.read_bytes()
+    assert json.loads(after)["storage"]["written"] is True
+    assert after == before.replace(b'"written": false', b'"written":  true')
+    assert sidecar.stat().st_size == len(after) == listed["big.json"]
+    assert subprocess.run(["cat", str(sidecar)], capture_output=True, check=True).stdout == after
+    assert {entry.name: entry.stat().st_size for entry in os.scandir(mnt)} == listed
+    _umount(mnt)
+    info = json.loads(run_cli("info", "--json", path).stdout)
+    assert [s["written"] for s in info["storages"] if s["nbytes"] == len(data)] == [True]
+
+
 def test_writes_past_the_end_fail_with_efbig_and_change_nothing(tmp_path: Path, mounter: Mounter) -> None:
     path = save_skeleton(tmp_path / "skel.pt")
     before = sha256(path)

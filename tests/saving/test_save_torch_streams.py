@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import struct
 import subprocess
 import sys
+import threading
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +147,9 @@ def test_ctrl_c_leaves_nothing(big: Path, tmp_path: Path, monkeypatch: pytest.Mo
     """A real SIGINT in the middle of a storage's bytes."""
     copy = ckptfs.saving.torch_save._copy_record
 
-    def interrupted(*args: Any) -> int:
-        crc = copy(*args)
+    def interrupted(*args: Any) -> None:
+        copy(*args)
         os.kill(os.getpid(), signal.SIGINT)
-        return crc
 
     monkeypatch.setattr(ckptfs.saving.torch_save, "_copy_record", interrupted)
     assert main(["convert", str(big), str(tmp_path / "out.pt")]) == INTERRUPTED
@@ -184,3 +187,33 @@ def test_depth_is_bounded_by_the_limit_and_a_deep_tree_is_written(tmp_path: Path
     for _ in range(200):
         value = value["d"][0]
     assert torch.equal(value, torch.ones(1))
+
+
+def test_an_error_behind_the_copy_is_one_line_and_leaves_nothing(big: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The CRC-32s are read on a thread beside the copy: its failure still ends the command, as the copy's would."""
+
+    def unreadable(*args: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ckptfs.saving.output.Crc, "carry", unreadable)
+    out = tmp_path / "out.pt"
+    assert main(["convert", str(big), str(out)]) == 1
+    assert capsys.readouterr().err == f"ckptfs: {out}: Input/output error\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pt"]
+    assert [t.name for t in threading.enumerate() if t.name.startswith("ckptfs-")] == []
+
+
+def test_descriptors_written_behind_hold_each_record_s_crc(big: Path, tmp_path: Path) -> None:
+    with ckptfs.open(big) as ck:
+        save_torch(ck, tmp_path / "out.pt")
+    with zipfile.ZipFile(tmp_path / "out.pt") as archive:
+        assert archive.testzip() is None
+        raw = (tmp_path / "out.pt").read_bytes()
+        for info in archive.infolist():
+            if info.file_size:
+                local_extra = int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+                start = info.header_offset + 30 + len(info.filename.encode()) + local_extra
+                end = start + info.file_size
+                assert raw[end:end + 8] == struct.pack("<II", 0x08074B50, zlib.crc32(raw[start:end]))
