@@ -177,7 +177,9 @@ def nginx_server(base: Path, upstream: str | None = None) -> Iterator[Nginx]:
 class FaultProxy:
     """Forwards GETs to ``upstream``; ``faults`` (consumed one a request) says what to do instead:
     ``503``, ``reset`` (close without an answer), ``short`` (half the body, then close), ``ignore-range``
-    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first), ``redirect`` (a 302 to nginx itself)."""
+    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first), ``redirect`` (a 302 to nginx itself),
+    ``other-etag`` (the bytes asked, If-Match not passed on, under another ETag: another version, from a server
+    that ignores If-Match). ``most_active``: the most GETs it answered at once."""
 
     def __init__(self, upstream_port: int) -> None:
         self.faults: list[str] = []
@@ -185,6 +187,8 @@ class FaultProxy:
         """(range, fault) of every request."""
         self.ignored_range_bytes_sent = 0
         self.slow_seconds = 2.0
+        self.active = self.most_active = 0
+        lock = threading.Lock()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -194,8 +198,18 @@ class FaultProxy:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                fault = proxy.faults.pop(0) if proxy.faults else ""
-                proxy.seen.append((self.headers.get("Range", ""), fault))
+                with lock:
+                    fault = proxy.faults.pop(0) if proxy.faults else ""
+                    proxy.seen.append((self.headers.get("Range", ""), fault))
+                    proxy.active += 1
+                    proxy.most_active = max(proxy.most_active, proxy.active)
+                try:
+                    self.answer(fault)
+                finally:
+                    with lock:
+                        proxy.active -= 1
+
+            def answer(self, fault: str) -> None:
                 if fault == "503":
                     body = b"<Error><Code>SlowDown</Code></Error>"
                     self.send_response(503)
@@ -218,6 +232,8 @@ class FaultProxy:
                 headers = {k: v for k, v in self.headers.items() if k in ("Range", "If-Match")}
                 if fault == "ignore-range":
                     headers.pop("Range", None)
+                if fault == "other-etag":
+                    headers.pop("If-Match", None)
                 upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=30)
                 upstream.request("GET", self.path, headers=headers)
                 answer = upstream.getresponse()
@@ -226,7 +242,9 @@ class FaultProxy:
                 self.send_response(answer.status)
                 for name in ("Content-Range", "ETag", "Last-Modified", "Content-Length"):
                     if answer.getheader(name) is not None:
-                        self.send_header(name, answer.getheader(name))
+                        value = answer.getheader(name)
+                        self.send_header(name, '"another-version"' if fault == "other-etag" and name == "ETag"
+                                         else value)
                 self.end_headers()
                 if fault == "short":
                     self.wfile.write(body[: len(body) // 2])

@@ -18,13 +18,17 @@ BLOCK = 64 * KiB
 FIRST_WINDOW = 256 * KiB
 """Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
 MAX_WINDOW = 16 * MiB
-"""The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
+"""The largest read-ahead over fast connections: reading one tensor alone fetches at most its bytes and the
+window more (``ReadAhead.max_window``: larger when each connection is slow, ``parts.PartPool.parts``)."""
 STREAM_SLACK = 2 * MiB
 """A miss this far before or after where a stream's last fetch ended continues the stream: the kernel's
 read-ahead sends requests of up to 1 MiB that may come out of order (the second MiB asked before the first)."""
 PREFETCH_STEP = 4 * MiB
 """A stream at its largest window keeps MAX_WINDOW fetched or in flight ahead of its reader, topped up in parts of
 at least this much as the reader advances: several GETs at once, each on its own connection."""
+PART = 8 * MiB
+"""A GET's largest part, and a window larger than MAX_WINDOW's top-up step: object stores serve ~50-100 MB/s a
+connection, 20-50 ms to the first byte, so a part of 8 MiB spends ~5% of its time waiting for it."""
 MAX_STREAMS = 16
 
 
@@ -150,7 +154,9 @@ class ExtentCache:
 class ReadAhead:
     """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
     past the middle of its last window asks for the next one ahead of time (``prefetch``); at MAX_WINDOW, a hit
-    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again.
+    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again. The largest
+    window is ``max_window``: MAX_WINDOW, or as many PARTs as a stream keeps in flight over slow connections,
+    topped up a PART at a time.
 
     Tensor-aware when told where the object's storages lie (``set_extents``): a stream's read-ahead stops at the
     end of the storage it reads (a block past it at most) until the stream goes on into another storage; from
@@ -159,6 +165,7 @@ class ReadAhead:
 
     def __init__(self, block: int = BLOCK) -> None:
         self.block = block
+        self.max_window = MAX_WINDOW
         self._streams: OrderedDict[int, _Stream] = OrderedDict()
         """Where each stream's last fetch ended -> the stream, least recently used first."""
         self._starts: list[int] = []
@@ -182,17 +189,17 @@ class ReadAhead:
         for stream_end, known in self._streams.items():
             if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
                 del self._streams[stream_end]
-                stream = _Stream(min(MAX_WINDOW, max(FIRST_WINDOW, known.window * 2)), owner,
+                stream = _Stream(min(self.max_window, max(FIRST_WINDOW, known.window * 2)), owner,
                                  known.spans or owner != known.owner)
                 ahead_of = max(end, stream_end)  # a miss behind the stream's end (out of order) extends it too
                 break
-        fetch_end = self._round(min(ahead_of + stream.window, end + MAX_WINDOW), size)
+        fetch_end = self.round(min(ahead_of + stream.window, end + self.max_window), size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
             if end <= first:  # before the storage: its header; its first window comes along
                 stream = stream._replace(window=max(stream.window, FIRST_WINDOW))
-                fetch_end = max(fetch_end, self._round(min(self._ends[owner], first + FIRST_WINDOW), size))
-            fetch_end = min(fetch_end, max(self._round(end, size), self._round(self._ends[owner], size)))
+                fetch_end = max(fetch_end, self.round(min(self._ends[owner], first + FIRST_WINDOW), size))
+            fetch_end = min(fetch_end, max(self.round(end, size), self.round(self._ends[owner], size)))
         self._streams[fetch_end] = stream
         self._streams.move_to_end(fetch_end)
         while len(self._streams) > MAX_STREAMS:
@@ -202,25 +209,31 @@ class ReadAhead:
     def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
         """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
         sequential stream whose last window ``end`` is past the middle of (or, at MAX_WINDOW, PREFETCH_STEP
-        into), never more than MAX_WINDOW past ``end`` nor past its storage's end unless it spans storages; None
+        into), never more than ``max_window`` past ``end`` nor past its storage's end unless it spans storages; None
         if there is none."""
         for stream_end, stream in self._streams.items():
             window = stream.window
             if window and stream_end - window <= end <= stream_end and \
-                    stream_end - end <= window - min(window // 2, PREFETCH_STEP):
+                    stream_end - end <= window - min(window // 2, self._step(window)):
                 limit = size
                 if not stream.spans and stream.owner < len(self._ends):
-                    limit = self._round(self._ends[stream.owner], size)
+                    limit = self.round(self._ends[stream.owner], size)
                 if stream_end >= limit:
                     return None
                 del self._streams[stream_end]
-                window = min(MAX_WINDOW, window * 2)
-                fetch_end = min(limit, stream_end + window, self._round(end + MAX_WINDOW, size))
+                window = min(self.max_window, window * 2)
+                fetch_end = min(limit, stream_end + window, self.round(end + self.max_window, size))
+                if window > MAX_WINDOW and fetch_end < limit:  # whole parts: each its own GET
+                    fetch_end = stream_end + (fetch_end - stream_end) // PART * PART
                 self._streams[fetch_end] = stream._replace(window=window)
                 return (stream_end, fetch_end) if fetch_end > stream_end else None
         return None
 
-    def _round(self, position: int, size: int) -> int:
+    @staticmethod
+    def _step(window: int) -> int:
+        return PREFETCH_STEP if window <= MAX_WINDOW else PART
+
+    def round(self, position: int, size: int) -> int:
         """``position`` rounded up to a block boundary, within the object."""
         return min(size, -(-position // self.block) * self.block)
 
