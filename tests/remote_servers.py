@@ -13,6 +13,7 @@ Missing programs fail the tests under CI=true and skip them elsewhere.
 from __future__ import annotations
 
 import http.client
+import itertools
 import http.server
 import json
 import os
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import pytest
 
@@ -76,9 +77,10 @@ def stop(process: subprocess.Popen) -> None:
 
 
 class Nginx:
-    def __init__(self, base: Path, upstream: str | None = None) -> None:
+    def __init__(self, base: Path, upstream: str | None = None, limit_rate: str | None = None) -> None:
         """Serves ``base/www``, or with ``upstream`` (a URL) is a proxy in front of it, logging each request alike
-        (the Host header passed on, so that S3 signatures made for the proxy's address check)."""
+        (the Host header passed on, so that S3 signatures made for the proxy's address check). ``limit_rate``
+        (nginx's, ``40m``: bytes a second) caps each answer, as object stores cap each connection."""
         self.root = base / "www"
         self.root.mkdir()
         self.log = base / "access.log"
@@ -103,6 +105,7 @@ http {{
     sendfile on;
     tcp_nodelay on;
     keepalive_requests 100000;
+    {f"limit_rate {limit_rate};" if limit_rate else ""}
     client_body_temp_path {base}/tmp;
     proxy_temp_path {base}/tmp;
     fastcgi_temp_path {base}/tmp;
@@ -454,3 +457,11 @@ def radosgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Radosgw]:
         yield server
     finally:
         server.close()
+
+
+def timed_gets(source: Any, seconds: float) -> None:
+    """From now on every GET of the remote ``source`` takes ``seconds`` to its rate measure (``PartPool``): a
+    made-up connection rate, the ones measured so far forgotten."""
+    clock = itertools.count(0.0, seconds)
+    source._parts.clock = lambda: next(clock)  # noqa: SLF001
+    source._parts._samples.clear()  # noqa: SLF001

@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import random
 import time
-from itertools import count
 from pathlib import Path
 
 import pytest
 import torch
-from remote_servers import Nginx
+from remote_servers import Nginx, timed_gets
 
 import ckptfs
 from ckptfs.errors import ObjectChangedError, SourceError
@@ -66,8 +65,7 @@ def test_requests_to_open_do_not_grow_with_the_data(nginx: Nginx) -> None:
 def test_a_tensor_read_alone_fetches_its_bytes_and_at_most_16_MiB_more(nginx: Nginx) -> None:
     tensors = checkpoint(nginx, "data-64MiB.pt", 1 << 24)
     with ckptfs.open(f"{nginx.url}/data-64MiB.pt") as ck:
-        clock = count(0.0, 0.001)  # each GET takes 1 ms: a fast connection (a slow one's window: test_remote_parts)
-        ck.source._parts._clock = lambda: next(clock)  # noqa: SLF001
+        timed_gets(ck.source, 0.0001)  # a fast connection (a slow one's window: test_remote_parts)
         big = ck.tensor(("big",))
         mark = nginx.mark()
         step = 128 << 10

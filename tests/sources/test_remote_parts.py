@@ -11,12 +11,12 @@ from itertools import count
 
 import pytest
 import torch
-from remote_servers import FaultProxy, Nginx
+from remote_servers import FaultProxy, Nginx, timed_gets
 
 import ckptfs
 from ckptfs.errors import ObjectChangedError
 from ckptfs.sources import RemoteOptions, open_source
-from ckptfs.sources.remote.cache import BLOCK, MAX_WINDOW, PART
+from ckptfs.sources.remote.cache import BLOCK, PART
 from ckptfs.sources.remote.http_endpoint import HttpEndpoint
 from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import RangedGetter
@@ -32,16 +32,11 @@ def blob(nginx: Nginx) -> bytes:
     return data
 
 
-def ticking(seconds: float) -> "count[float]":
-    """A clock on which every GET takes ``seconds`` (two readings a GET): a connection's rate, made up."""
-    return count(0.0, seconds)
-
-
 def test_parts_in_flight_follow_a_connection_rate_up_to_the_bound(nginx: Nginx, blob: bytes) -> None:
     getter = RangedGetter(HttpEndpoint(f"{nginx.url}/parts.bin"), RetryPolicy(), 10.0)
     getter.get_tail(BLOCK)
     for seconds, connections, parts in ((0.2, 4, 4), (0.2, 16, 16), (0.05, 16, 6), (0.004, 16, MIN_PARTS)):
-        clock = ticking(seconds)
+        clock = count(0.0, seconds)  # every GET takes ``seconds``: a connection's rate, made up
         pool = PartPool(getter, connections, clock=lambda: next(clock))
         assert pool.parts() == MIN_PARTS  # nothing measured yet
         view = memoryview(bytearray(PART))
@@ -64,12 +59,11 @@ def test_a_slow_stream_keeps_more_parts_ahead_but_never_past_its_tensor(nginx: N
     with ckptfs.open(source) as ck:
         big = ck.tensor(("big",))
         assert big.storage is not None
-        clock = ticking(0.25)  # ~34 MB/s a connection: behind a per-connection cap
-        source._parts._clock = lambda: next(clock)  # noqa: SLF001
+        timed_gets(source, 0.25)  # ~34 MB/s a connection: behind a per-connection cap
         mark = nginx.mark()
         data = b"".join(ck.read(big, at, MiB) for at in range(0, big.nbytes, MiB))
         assert data == tensors["big"].numpy().tobytes()
-        assert source._ahead.max_window == 4 * PART  # noqa: SLF001  (MAX_WINDOW over a fast connection)
+        assert source._ahead.max_window == 4 * PART  # noqa: SLF001  (cache.MAX_WINDOW over a fast connection)
         requests = nginx.since(mark)
     ranges = [tuple(map(int, re.findall(r"\d+", r.range))) for r in requests]
     big_end = big.storage.offset + big.nbytes
@@ -77,7 +71,6 @@ def test_a_slow_stream_keeps_more_parts_ahead_but_never_past_its_tensor(nginx: N
     assert max(last for _, last in ranges) < -(-big_end // BLOCK) * BLOCK, ranges  # not into "next"
     assert sum(r.sent for r in requests) <= big.nbytes + 2 * BLOCK  # each byte once
     assert max(r.sent for r in requests) <= PART + BLOCK and sum(r.sent >= PART - BLOCK for r in requests) >= 6, ranges
-    assert MAX_WINDOW < 4 * PART
 
 
 def test_one_large_read_goes_in_parts_on_at_most_max_connections(fault_proxy: FaultProxy, blob: bytes) -> None:
@@ -122,8 +115,7 @@ def test_a_stream_over_a_replaced_object_gives_the_first_version_or_an_error(ngi
     path.write_bytes(first)
     replacement = nginx.root / "replacement.bin"
     source = open_source(f"{nginx.url}/replaced-stream.bin", RemoteOptions(max_connections=4))
-    clock = ticking(0.25)
-    source._parts._clock = lambda: next(clock)  # noqa: SLF001  (many parts in flight)
+    timed_gets(source, 0.25)  # many parts in flight
     at = 0
     while at < 8 * MiB:
         assert source.read(at, MiB) == first[at : at + MiB]

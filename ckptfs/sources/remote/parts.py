@@ -42,7 +42,7 @@ class PartPool:
             raise ValueError("at least one connection")
         self.getter = getter
         self.connections = connections
-        self._clock = clock
+        self.clock = clock
         self._samples: deque[tuple[int, float]] = deque(maxlen=RATE_SAMPLES)
         self.reset()
 
@@ -62,11 +62,15 @@ class PartPool:
 
     def fetch(self, start: int, view: memoryview) -> None:
         """One GET filling ``view`` from ``start``, on the calling thread; timed for the connection's rate."""
-        began = self._clock()
+        began = self.clock()
         self.getter.get_into(start, view)
-        if len(view) >= MEASURED:
+        self.measured(len(view), began)
+
+    def measured(self, count: int, began: float) -> None:
+        """Takes a GET of ``count`` bytes begun at ``began`` (a ``clock`` reading) into the connection's rate."""
+        if count >= MEASURED:
             with self._lock:
-                self._samples.append((len(view), self._clock() - began))
+                self._samples.append((count, self.clock() - began))
 
     def rate(self) -> float | None:
         """Bytes a second one connection fetched, over its last large GETs; None before the first."""

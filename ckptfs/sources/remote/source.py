@@ -42,8 +42,11 @@ class RemoteSource:
         ``max_connections``: GETs in flight at once, besides the reading threads' own."""
         self._getter = getter
         self.name = getter.endpoint.name
+        self._parts = PartPool(getter, max_connections)
         if pinned is None:
+            began = self._parts.clock()
             tail = getter.get_tail(tail_size)
+            self._parts.measured(len(tail), began)  # a slow connection's streams start with many parts
         else:
             getter.version, tail = pinned, b""
         assert getter.version is not None
@@ -59,7 +62,6 @@ class RemoteSource:
         pinned, one GET of it."""
         self._disk = self._disk_blocks(disk_cache)
         self._ahead = ReadAhead(BLOCK if self._disk is None else UNIT)
-        self._parts = PartPool(getter, max_connections)
         self._pending: dict[int, tuple[int, Future[None]]] = {}
         """Background fetches under way: start -> (end, its future)."""
 
