@@ -16,7 +16,7 @@ from remote_servers import FaultProxy, Nginx, timed_gets
 import ckptfs
 from ckptfs.errors import ObjectChangedError
 from ckptfs.sources import RemoteOptions, open_source
-from ckptfs.sources.remote.cache import BLOCK, PART
+from ckptfs.sources.remote.cache import BLOCK, PART, ExtentCache
 from ckptfs.sources.remote.http_endpoint import HttpEndpoint
 from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import RangedGetter
@@ -130,3 +130,17 @@ def test_a_stream_over_a_replaced_object_gives_the_first_version_or_an_error(ngi
     assert at < 48 * MiB
     assert source.read(0, MiB) == first[:MiB]
     source.close()
+
+
+def test_fetches_under_way_count_in_the_cache_bound() -> None:
+    cache = ExtentCache(4 * MiB)
+    cache.put(0, b"a" * (2 * MiB))
+    cache.put(2 * MiB, b"b" * (2 * MiB))
+    cache.reserve(3 * MiB)  # a fetch under way: room is made as it starts, the least recently used out
+    assert cache.gaps(0, 4 * MiB) == [(0, 4 * MiB)]
+    cache.put(8 * MiB, memoryview(bytearray(b"c" * (3 * MiB))), reserved=True)
+    cache.reserve(1 * MiB)
+    cache.release(1 * MiB)  # a failed fetch gives its room back
+    cache.put(0, b"d" * MiB)
+    assert cache.held(8 * MiB, 11 * MiB) == b"c" * (3 * MiB) and cache.held(0, MiB) == b"d" * MiB
+    assert cache._bytes == 4 * MiB  # noqa: SLF001

@@ -124,10 +124,22 @@ class ExtentCache:
                     self._recent.move_to_end(extent_start)
             index += 1
 
-    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False) -> None:
+    def reserve(self, size: int) -> None:
+        """Counts a fetch of ``size`` bytes under way in the cache's bytes (least recently used extents evicted to
+        make room), until it is ``put`` (``reserved``) or ``release``d."""
+        self._bytes += size
+        self._evict_over()
+
+    def release(self, size: int) -> None:
+        self._bytes -= size
+
+    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False,
+            reserved: bool = False) -> None:
         """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
         recently used extents that no longer fit. A memoryview is a pooled buffer's (``BufferPool.take``): the
-        cache owns it from now on."""
+        cache owns it from now on. ``reserved``: its bytes were counted by ``reserve``."""
+        if reserved:
+            self._bytes -= len(data)
         gaps = self.gaps(start, start + len(data))
         whole = gaps == [(start, start + len(data))]
         for first, last in gaps:
@@ -139,6 +151,9 @@ class ExtentCache:
                 self._bytes += len(part)
         if isinstance(data, memoryview) and not whole and self.pool is not None:
             self.pool.give(data)  # the parts not held yet were copied
+        self._evict_over()
+
+    def _evict_over(self) -> None:
         while self._bytes > self.capacity and self._recent:
             self._evict(next(iter(self._recent)))
 

@@ -101,17 +101,22 @@ class RemoteSource:
             for start, stop in gaps:
                 self._fetch_into(start, view[start - offset : stop - offset])
             return bytes(result)
-        fetched = []
-        for start, stop in gaps:
-            data = self._buffer(stop - start)
-            self._fetch_into(start, data)
-            fetched.append((start, data))
-            first, last = max(start, offset), min(stop, end)
-            if first < last:
-                view[first - offset : last - offset] = data[first - start : last - start]
+        fetched: list[tuple[int, memoryview]] = []
+        try:
+            for start, stop in gaps:
+                data = self._buffer(stop - start)
+                fetched.append((start, data))
+                self._fetch_into(start, data)
+                first, last = max(start, offset), min(stop, end)
+                if first < last:
+                    view[first - offset : last - offset] = data[first - start : last - start]
+        except BaseException:
+            with self._lock:
+                self._cache.release(sum(len(data) for _, data in fetched))
+            raise
         with self._lock:
             for start, data in fetched:
-                self._cache.put(start, data)
+                self._cache.put(start, data, reserved=True)
         return bytes(result)
 
     def _start_prefetch(self, wanted: tuple[int, int] | None) -> None:
@@ -128,9 +133,14 @@ class RemoteSource:
     def _prefetch(self, start: int, stop: int) -> None:
         try:
             data = self._buffer(stop - start)
-            self._fetch_into(start, data)
+            try:
+                self._fetch_into(start, data)
+            except BaseException:
+                with self._lock:
+                    self._cache.release(len(data))
+                raise
             with self._lock:
-                self._cache.put(start, data)
+                self._cache.put(start, data, reserved=True)
         except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
             log.info("%s: read-ahead of %d bytes at offset %d: %s", self.name, stop - start, start, exc)
         finally:
@@ -138,8 +148,10 @@ class RemoteSource:
                 del self._pending[start]
 
     def _buffer(self, size: int) -> memoryview:
-        """A buffer to fetch ``size`` bytes into, which the cache owns once they are put in it."""
+        """A buffer to fetch ``size`` bytes into, counted in the cache's bytes from now on (``--cache-size`` bounds
+        fetches under way too); the cache owns it once put in it (``reserved``), else ``release`` it."""
         with self._lock:
+            self._cache.reserve(size)
             return self._buffers.take(size)
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
