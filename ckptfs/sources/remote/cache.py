@@ -77,6 +77,7 @@ class ExtentCache:
         when evicted."""
         self._recent: OrderedDict[int, None] = OrderedDict()
         """Unpinned extents, least recently used first."""
+        self._done: OrderedDict[int, None] = OrderedDict()
         self._bytes = 0
 
     def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -106,8 +107,7 @@ class ExtentCache:
         data = self._data[extent_start]
         if end > extent_start + len(data):
             return None
-        if extent_start in self._recent:
-            self._recent.move_to_end(extent_start)
+        self._touch(extent_start, end == extent_start + len(data))
         return bytes(memoryview(data)[start - extent_start : end - extent_start])
 
     def copy_into(self, start: int, view: memoryview) -> None:
@@ -120,9 +120,19 @@ class ExtentCache:
             first, last = max(start, extent_start), min(end, extent_start + len(data))
             if first < last:
                 view[first - start : last - start] = memoryview(data)[first - extent_start : last - extent_start]
-                if extent_start in self._recent:
-                    self._recent.move_to_end(extent_start)
+                self._touch(extent_start, last == extent_start + len(data))
             index += 1
+
+    def _touch(self, start: int, to_its_end: bool) -> None:
+        """A read of the extent at ``start``: the most recently used; read to its end (a stream has gone past it),
+        among those evicted first, before the read-ahead not read yet (``_done``, least recently read first)."""
+        if start in self._recent:
+            self._recent.move_to_end(start)
+            if to_its_end:
+                self._done[start] = None
+                self._done.move_to_end(start)
+            else:
+                self._done.pop(start, None)
 
     def reserve(self, size: int) -> None:
         """Counts a fetch of ``size`` bytes under way in the cache's bytes (least recently used extents evicted to
@@ -134,10 +144,11 @@ class ExtentCache:
         self._bytes -= size
 
     def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False,
-            reserved: bool = False) -> None:
+            reserved: bool = False, read: bool = False) -> None:
         """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
         recently used extents that no longer fit. A memoryview is a pooled buffer's (``BufferPool.take``): the
-        cache owns it from now on. ``reserved``: its bytes were counted by ``reserve``."""
+        cache owns it from now on. ``reserved``: its bytes were counted by ``reserve``; ``read``: a read took them
+        to their end (``_touch``)."""
         if reserved:
             self._bytes -= len(data)
         gaps = self.gaps(start, start + len(data))
@@ -149,16 +160,19 @@ class ExtentCache:
             if not pinned:
                 self._recent[first] = None
                 self._bytes += len(part)
+                if read:
+                    self._done[first] = None
         if isinstance(data, memoryview) and not whole and self.pool is not None:
             self.pool.give(data)  # the parts not held yet were copied
         self._evict_over()
 
     def _evict_over(self) -> None:
         while self._bytes > self.capacity and self._recent:
-            self._evict(next(iter(self._recent)))
+            self._evict(next(iter(self._done or self._recent)))
 
     def _evict(self, start: int) -> None:
         del self._recent[start]
+        self._done.pop(start, None)
         data = self._data.pop(start)
         self._bytes -= len(data)
         del self._starts[bisect.bisect_left(self._starts, start)]

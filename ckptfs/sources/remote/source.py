@@ -5,8 +5,9 @@ are read from them without another request. A read the cache misses fetches from
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts of at most
 ``cache.PART``, and a read larger than a quarter of the cache goes straight into its result, uncached. A
 sequential stream's next window is fetched in the background while the reader consumes the current one, in
-parts on their own connections (``parts.PartPool``, at most ``max_connections``); its window grows to as many
-parts as the measured rate of a connection needs (``PartPool.parts``), at most half the cache. A read needing
+parts on their own connections (``parts.PartPool``, at most ``max_connections``); over slow connections its
+window grows to as many parts as their measured rate needs (``PartPool.parts``) and half as many again, at most
+three quarters of the cache (``_window``), fetches under way counted in it. A read needing
 bytes of a background fetch waits for it rather than fetching them twice. Fetches go into buffers reused once
 evicted (``cache.BufferPool``). Told where the checkpoint's storages lie (``set_extents``), read-ahead stops at a
 storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``),
@@ -25,7 +26,7 @@ from ckptfs.sources.base import SourceStat
 from ckptfs.sources.remote.cache import BLOCK, MAX_WINDOW, PART, BufferPool, ExtentCache, ReadAhead
 from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
 from ckptfs.sources.remote.options import DEFAULT_MAX_CONNECTIONS
-from ckptfs.sources.remote.parts import PartPool
+from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import ObjectVersion, RangedGetter
 
 MiB = 1 << 20
@@ -71,7 +72,7 @@ class RemoteSource:
                               f"({self.size} bytes)", self.name)
         end = offset + length
         with self._lock:
-            self._ahead.max_window = max(MAX_WINDOW, min(self._parts.parts() * PART, self._cache.capacity // 2))
+            self._ahead.max_window = self._window()
             data = self._cache.held(offset, end)
             if data is not None:
                 self._start_prefetch(self._ahead.prefetch(end, self.size))
@@ -116,8 +117,17 @@ class RemoteSource:
             raise
         with self._lock:
             for start, data in fetched:
-                self._cache.put(start, data, reserved=True)
+                self._cache.put(start, data, reserved=True, read=start + len(data) <= end)
         return bytes(result)
+
+    def _window(self) -> int:
+        """A stream's largest window: MAX_WINDOW over fast connections; over slow ones half as many parts again
+        as it keeps in flight (parts arrive out of order: those arrived but not yet read count in the window, and
+        the pool's threads bound those in flight), at most three quarters of the cache."""
+        parts = self._parts.parts()
+        if parts <= MIN_PARTS:
+            return MAX_WINDOW
+        return max(MAX_WINDOW, min(parts * PART * 3 // 2, self._cache.capacity * 3 // 4) // PART * PART)
 
     def _start_prefetch(self, wanted: tuple[int, int] | None) -> None:
         """Under the lock: fetches the gaps of ``wanted`` in the background, in parts of at most PART."""
