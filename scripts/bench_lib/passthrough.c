@@ -1,12 +1,15 @@
 /*
- * Minimal read-only pass-through FUSE filesystem on libfuse3, used by scripts/bench as
- * the limit of the kernel's FUSE path: it exposes ONE file, /NAME, whose bytes are
- * [OFFSET, OFFSET+LENGTH) of SOURCE, answered with pread or with a file-descriptor
- * buffer (read_buf, FUSE_BUF_IS_FD|FUSE_BUF_FD_SEEK: no copy through this program).
+ * Minimal pass-through FUSE filesystem on libfuse3, used by scripts/bench as the limit of
+ * the kernel's FUSE path: it exposes ONE file, /NAME, whose bytes are [OFFSET,
+ * OFFSET+LENGTH) of SOURCE, answered with pread or with a file-descriptor buffer
+ * (read_buf, FUSE_BUF_IS_FD|FUSE_BUF_FD_SEEK: no copy through this program).
  *
  *   passthrough SOURCE OFFSET LENGTH NAME MODE MOUNTPOINT [fuse options: -f -s -o ...]
  *     MODE  buf   answer reads with read_buf (fd buffer; libfuse preads/splices it)
  *           read  answer reads with pread into a buffer
+ *           write as read, and take writes: each a pwrite into SOURCE at OFFSET + its offset
+ *                 (EFBIG past LENGTH), fsync an fsync of SOURCE, no page cache kept between
+ *                 opens and 1 MiB write requests, as a `ckptfs mount -o rw` (the write-fill floor)
  *
  * The kernel page cache is kept (kernel_cache => FOPEN_KEEP_CACHE), attributes and
  * entries are cached for a day, and glibc's malloc is pinned to the heap (fixed mmap
@@ -33,6 +36,7 @@ static off_t base_off;
 static off_t file_len;
 static char file_path[512];
 static int use_buf = 1;
+static int writable;
 static unsigned max_read_opt; /* -o max_read=N, which libfuse wants repeated in init() */
 static uid_t src_uid;
 static gid_t src_gid;
@@ -41,7 +45,9 @@ static void *pt_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
     if (max_read_opt)
         conn->max_read = max_read_opt;
-    cfg->kernel_cache = 1;
+    cfg->kernel_cache = !writable;
+    if (writable)
+        conn->max_write = 1 << 20;
     cfg->entry_timeout = 86400.0;
     cfg->attr_timeout = 86400.0;
     cfg->negative_timeout = 86400.0;
@@ -62,7 +68,7 @@ static int pt_getattr(const char *path, struct stat *st, struct fuse_file_info *
         return 0;
     }
     if (strcmp(path, file_path) == 0) {
-        st->st_mode = S_IFREG | 0444;
+        st->st_mode = S_IFREG | (writable ? 0644 : 0444);
         st->st_nlink = 1;
         st->st_ino = 2;
         st->st_size = file_len;
@@ -91,9 +97,9 @@ static int pt_open(const char *path, struct fuse_file_info *fi)
 {
     if (strcmp(path, file_path) != 0)
         return -ENOENT;
-    if ((fi->flags & O_ACCMODE) != O_RDONLY)
+    if ((fi->flags & O_ACCMODE) != O_RDONLY && !writable)
         return -EROFS;
-    fi->keep_cache = 1;
+    fi->keep_cache = !writable;
     return 0;
 }
 
@@ -142,6 +148,40 @@ static int pt_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size,
     return 0;
 }
 
+static int pt_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)path;
+    (void)fi;
+    if (off < 0 || off + (off_t)size > file_len)
+        return -EFBIG;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = pwrite(src_fd, buf + done, size - done, base_off + off + (off_t)done);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        done += (size_t)n;
+    }
+    return (int)done;
+}
+
+static int pt_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+    (void)path;
+    (void)datasync;
+    (void)fi;
+    return fsync(src_fd) == 0 ? 0 : -errno;
+}
+
+static int pt_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+    (void)path;
+    (void)fi;
+    return size == file_len ? 0 : -EROFS;
+}
+
 int main(int argc, char *argv[])
 {
     if (argc < 7) {
@@ -150,7 +190,8 @@ int main(int argc, char *argv[])
     }
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 128 << 20);
-    src_fd = open(argv[1], O_RDONLY | O_CLOEXEC);
+    writable = strcmp(argv[5], "write") == 0;
+    src_fd = open(argv[1], (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (src_fd < 0) {
         perror(argv[1]);
         return 1;
@@ -167,10 +208,10 @@ int main(int argc, char *argv[])
     snprintf(file_path, sizeof(file_path), "/%s", argv[4]);
     if (strcmp(argv[5], "buf") == 0)
         use_buf = 1;
-    else if (strcmp(argv[5], "read") == 0)
+    else if (strcmp(argv[5], "read") == 0 || writable)
         use_buf = 0;
     else {
-        fprintf(stderr, "MODE must be buf or read\n");
+        fprintf(stderr, "MODE must be buf, read or write\n");
         return 2;
     }
     struct fuse_operations ops = {
@@ -183,6 +224,11 @@ int main(int argc, char *argv[])
         ops.read_buf = pt_read_buf;
     else
         ops.read = pt_read;
+    if (writable) {
+        ops.write = pt_write;
+        ops.fsync = pt_fsync;
+        ops.truncate = pt_truncate;
+    }
     /* argv for fuse_main: program name, mountpoint, then the remaining options */
     int fargc = argc - 5;
     char **fargv = calloc((size_t)fargc + 1, sizeof(char *));

@@ -8,6 +8,10 @@ returns. The ckptfs side also sets the record's CRC-32 (computed as the bytes ar
 the file; ``umount`` (timed apart: it waits for the daemon to sync and let go of the file) is reported beside.
 The order of the sides alternates from run to run; the ratio is the median of per-run ratios, so drift cancels.
 The skeleton is made by torch without allocating its tensor (a FakeTensor, ``materialize_fake_tensors``).
+
+A third side, ``floor``, is the same ``dd`` through the C pass-through file system (``passthrough.c``, mode
+``write``: each write request a ``pwrite`` at the storage's offset, no CRC, no Python), mounted as ckptfs mounts
+``-o rw`` (1 MiB write requests, no page cache kept between opens): what any FUSE file system can do here.
 """
 
 from __future__ import annotations
@@ -58,20 +62,51 @@ def _fresh_copy(skeleton: Path, target: Path) -> None:
     subprocess.run(["cp", "--sparse=always", str(skeleton), str(target)], check=True)
 
 
+def _floor_binary(directory: Path) -> str:
+    out = directory / "passthrough"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], check=True, capture_output=True,
+                           text=True).stdout.split()
+    subprocess.run(["gcc", "-O2", "-Wall", str(Path(__file__).with_name("passthrough.c")), *flags, "-o", str(out)],
+                   check=True)
+    return str(out)
+
+
+def _floor_dd(binary: str, target: Path, offset: int, length: int, mnt: Path, dd: list[str]) -> float:
+    """``dd`` through the C pass-through file system over ``target``'s storage range, unmounted after."""
+    daemon = subprocess.Popen([binary, str(target), str(offset), str(length), "weight", "write", str(mnt), "-f", "-s",
+                               "-o", "fsname=cfloor"])
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(mnt):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the C pass-through did not mount {mnt}")
+            time.sleep(0.01)
+        return _timed([*dd, f"of={mnt / 'weight'}"])
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+        daemon.wait(10)
+
+
 def measure(directory: Path, mib: int, runs: int, ckptfs: list[str], env: dict[str, str]) -> dict[str, Any]:
     """Per-run seconds of each side; ``ckptfs``: the command that runs ckptfs (``python -m ckptfs.cli``)."""
     skeleton, source = make_inputs(directory, mib)
+    binary = _floor_binary(directory)
     subprocess.run(["cat", str(source)], check=True, stdout=subprocess.DEVNULL)  # warm: both sides read it so
     plain, filled, mnt = directory / "plain.pt", directory / "filled.pt", directory / "mnt"
     mnt.mkdir(exist_ok=True)
     dd = ["dd", f"if={source}", "bs=1M", "conv=notrunc,fsync", "status=none"]
     offset = _data_offset(skeleton, ckptfs, env)
-    figures: dict[str, list[float]] = {"plain": [], "ckptfs": [], "umount": []}
+    floor = directory / "floor.pt"
+    figures: dict[str, list[float]] = {"plain": [], "ckptfs": [], "umount": [], "floor": []}
     for run in range(runs):
-        for side in (("plain", "ckptfs") if run % 2 == 0 else ("ckptfs", "plain")):
+        for side in (("plain", "ckptfs", "floor") if run % 2 == 0 else ("floor", "ckptfs", "plain")):
             if side == "plain":
                 _fresh_copy(skeleton, plain)
                 figures["plain"].append(_timed([*dd, f"of={plain}", f"seek={offset}", "oflag=seek_bytes"]))
+                continue
+            if side == "floor":
+                _fresh_copy(skeleton, floor)
+                figures["floor"].append(_floor_dd(binary, floor, offset, mib * MIB, mnt, dd))
                 continue
             _fresh_copy(skeleton, filled)
             subprocess.run([*ckptfs, "mount", "-o", "rw", str(filled), str(mnt)], check=True, env=env)
@@ -79,9 +114,11 @@ def measure(directory: Path, mib: int, runs: int, ckptfs: list[str], env: dict[s
                 figures["ckptfs"].append(_timed([*dd, f"of={mnt / 'weight'}"]))
             finally:
                 figures["umount"].append(_timed([*ckptfs, "umount", str(mnt)], env=env))
-    _check_filled(filled, plain, source, offset)
+    _check_filled(filled, [plain, floor], source, offset)
     ratios = [p / c for p, c in zip(figures["plain"], figures["ckptfs"])]
-    return {"mib": mib, "runs": runs, **figures, "ratio": statistics.median(ratios), "ratios": ratios}
+    floor_ratios = [f / c for f, c in zip(figures["floor"], figures["ckptfs"])]
+    return {"mib": mib, "runs": runs, **figures, "ratio": statistics.median(ratios), "ratios": ratios,
+            "floor_ratio": statistics.median(floor_ratios), "floor_ratios": floor_ratios}
 
 
 def _data_offset(skeleton: Path, ckptfs: list[str], env: dict[str, str]) -> int:
@@ -92,16 +129,16 @@ def _data_offset(skeleton: Path, ckptfs: list[str], env: dict[str, str]) -> int:
     return json.loads(info)["storages"][0]["offset"]
 
 
-def _check_filled(filled: Path, plain: Path, source: Path, offset: int) -> None:
-    """Both sides wrote the source's bytes at the storage's offset; the filled one's CRC checks (zipfile)."""
+def _check_filled(filled: Path, others: list[Path], source: Path, offset: int) -> None:
+    """Every side wrote the source's bytes at the storage's offset; the filled one's CRC checks (zipfile)."""
     import zipfile
 
-    with open(filled, "rb") as a, open(plain, "rb") as b, open(source, "rb") as s:
-        for position in range(0, source.stat().st_size, 64 * MIB):
-            want = s.read(64 * MIB)
-            if os.pread(a.fileno(), len(want), offset + position) != want or \
-                    os.pread(b.fileno(), len(want), offset + position) != want:
-                raise RuntimeError(f"the filled files differ from {source} at +{position}")
+    for written in (filled, *others):
+        with open(written, "rb") as a, open(source, "rb") as s:
+            for position in range(0, source.stat().st_size, 64 * MIB):
+                want = s.read(64 * MIB)
+                if os.pread(a.fileno(), len(want), offset + position) != want:
+                    raise RuntimeError(f"{written} differs from {source} at +{position}")
     with zipfile.ZipFile(filled) as archive:
         name = next(n for n in archive.namelist() if n.endswith("/data/0"))
         with archive.open(name) as record:
@@ -110,14 +147,17 @@ def _check_filled(filled: Path, plain: Path, source: Path, offset: int) -> None:
 
 
 def table(result: dict[str, Any]) -> str:
-    median = {side: statistics.median(result[side]) for side in ("plain", "ckptfs", "umount")}
+    median = {side: statistics.median(result[side]) for side in ("plain", "ckptfs", "umount", "floor")}
     mib = result["mib"]
     lines = [f"write-fill: a {mib:,} MiB skip_data skeleton filled with dd bs=1M conv=notrunc,fsync "
              f"({result['runs']} runs, medians)",
              f"  dd into a plain file      {median['plain']:7.2f} s  {mib / median['plain']:8.1f} MiB/s",
              f"  dd through -o rw          {median['ckptfs']:7.2f} s  {mib / median['ckptfs']:8.1f} MiB/s",
              f"  then ckptfs umount        {median['umount']:7.2f} s",
-             f"  throughput ratio ckptfs/plain (median of per-run ratios): {result['ratio']:.2f}  (target >= 0.8)"]
+             f"  dd through the C floor    {median['floor']:7.2f} s  {mib / median['floor']:8.1f} MiB/s",
+             f"  throughput ratio ckptfs/plain (median of per-run ratios): {result['ratio']:.2f}  (target >= 0.8)",
+             f"  throughput ratio ckptfs/C floor (median of per-run ratios): {result['floor_ratio']:.2f}",
+             f"  throughput ratio C floor/plain: {median['plain'] / median['floor']:.2f}"]
     return "\n".join(lines)
 
 
