@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import shlex
 import stat
@@ -34,6 +35,19 @@ class BenchError(Exception):
     pass
 
 
+
+
+def made_before(manifest: Path, want: dict[str, Any], output: Path) -> bool:
+    """Whether ``output``, from an earlier ``--keep`` run, was made as ``want`` says (``manifest`` holds what it was
+    made as: written by ``made_as`` once it is complete)."""
+    try:
+        return json.loads(manifest.read_text()) == want and output.exists()
+    except (OSError, ValueError):
+        return False
+
+
+def made_as(manifest: Path, want: dict[str, Any]) -> None:
+    manifest.write_text(json.dumps(want))
 
 
 def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess:

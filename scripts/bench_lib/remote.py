@@ -221,6 +221,15 @@ class RemoteBench:
     def local_cat(self) -> float:
         """GB/s of ``cat`` of the big tensor through a fresh ckptfs mount of the local file (in page cache): the
         FUSE path's limit, measured beside the remote figures."""
+        def cat(path: str) -> float:
+            started = time.perf_counter()
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+            return time.perf_counter() - started
+        return self.local_read(cat)
+
+    def local_read(self, read: Callable[[str], float]) -> float:
+        """GB/s of ``read(path)`` (its seconds) of the big tensor's file in a fresh ckptfs mount of the local file,
+        the source in the page cache."""
         bench = self.bench
         assert bench.mounts is not None
         mnt = str(bench.workdir / "mnt" / "remote-local")
@@ -229,9 +238,7 @@ class RemoteBench:
         try:
             path = tensor_file(m.mnt, bench.big_len)
             subprocess.run(["cat", str(bench.big)], stdout=subprocess.DEVNULL, check=True)  # the source in cache
-            started = time.perf_counter()
-            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
-            return bench.big_len / 1e9 / (time.perf_counter() - started)
+            return bench.big_len / 1e9 / read(path)
         finally:
             bench.mounts.stop(m)
 

@@ -83,21 +83,7 @@ def measure(rb: RemoteBench, store: NginxStore) -> None:
         rb.add(f"{tag}:obstore_single", gb / (time.perf_counter() - started), "GB/s")
         if (got, got2) != (length, length):
             raise RuntimeError(f"obstore read {got} and {got2} of {length} bytes")
-        rb.add(f"{tag}:dd_local_fuse", local_dd(rb), "GB/s")
-
-
-def local_dd(rb: RemoteBench) -> float:
-    bench = rb.bench
-    assert bench.mounts is not None
-    mnt = str(bench.workdir / "mnt" / "remote-local")
-    argv, env = bench.ckptfs_argv(str(bench.big), mnt)
-    m = bench.mounts.start("remote-local", argv, mnt, env=env, daemon=bench.args.mount_mode == "daemon")
-    try:
-        path = tensor_file(m.mnt, bench.big_len)
-        subprocess.run(["cat", str(bench.big)], stdout=subprocess.DEVNULL, check=True)  # the source in cache
-        return bench.big_len / 1e9 / dd(path)
-    finally:
-        bench.mounts.stop(m)
+        rb.add(f"{tag}:dd_local_fuse", rb.local_read(dd), "GB/s")
 
 
 def table(rb: RemoteBench, tag: str) -> str:

@@ -19,14 +19,13 @@ Bench calls ``run(bench)`` with itself.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-from common import LIB, log, proc_stat, proc_status_kib, timed, warm, write_root_entries
+from common import LIB, log, made_as, made_before, proc_stat, proc_status_kib, timed, warm, write_root_entries
 from results import Check
 from torch_client import TorchWorker
 
@@ -71,15 +70,11 @@ def make_checkpoint(bench: Any) -> str:
     path = bench.workdir / f"moe-{n}.pt"
     manifest = bench.workdir / f"moe-{n}.json"
     want = {"tensors": n, "version": 1}
-    try:
-        reuse = json.loads(manifest.read_text()) == want and path.exists()
-    except (OSError, ValueError):
-        reuse = False
-    if not reuse:
+    if not made_before(manifest, want, path):
         bench.torch = bench.torch or TorchWorker()
         log(f"creating a {n}-tensor mixture-of-experts checkpoint with torch")
         bench.torch.call(op="make_moe", path=str(path), count=n)
-        manifest.write_text(json.dumps(want))
+        made_as(manifest, want)
     bench.res.meta["checkpoints"] = {**bench.res.meta.get("checkpoints", {}),
                                      "moe": {"path": str(path), "size": os.path.getsize(path), "tensors": n}}
     return str(path)

@@ -20,13 +20,12 @@ Bench calls ``run(bench)`` with itself.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from typing import Any
 
-from common import log, proc_stat, proc_status_kib, timed, warm
+from common import log, made_as, made_before, proc_stat, proc_status_kib, timed, warm
 from results import Check
 from torch_client import TorchWorker
 
@@ -63,15 +62,11 @@ def make_checkpoint(bench: Any, kind: str) -> str:
     path = bench.workdir / f"values-{kind}-{n}.pt"
     manifest = bench.workdir / f"values-{kind}-{n}.json"
     want = {"values": n, "kind": kind, "version": 1}
-    try:
-        reuse = json.loads(manifest.read_text()) == want and path.exists()
-    except (OSError, ValueError):
-        reuse = False
-    if not reuse:
+    if not made_before(manifest, want, path):
         bench.torch = bench.torch or TorchWorker()
         log(f"creating a checkpoint of about {n} plain values ({kind}) with torch")
         bench.torch.call(op="make_values", path=str(path), count=n, kind=kind)
-        manifest.write_text(json.dumps(want))
+        made_as(manifest, want)
     bench.res.meta["checkpoints"] = {**bench.res.meta.get("checkpoints", {}),
                                      f"values_{kind}": {"path": str(path), "size": os.path.getsize(path)}}
     return str(path)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import log, warm
+from common import log, made_as, made_before, warm
 from results import Check
 
 MIB = 1 << 20
@@ -109,14 +109,10 @@ def run(bench: Any) -> None:
     source = bench.workdir / f"dcp-{size}"
     manifest = bench.workdir / f"dcp-{size}.json"
     want = {"mib": size, "tensors": TENSORS, "version": 1}
-    try:
-        reuse = json.loads(manifest.read_text()) == want and source.is_dir()
-    except (OSError, ValueError):
-        reuse = False
-    if not reuse:
+    if not made_before(manifest, want, source):
         log(f"creating a {size} MiB DCP directory over 2 ranks with torch")
         subprocess.run([sys.executable, __file__, "make", str(source), str(size)], check=True)
-        manifest.write_text(json.dumps(want))
+        made_as(manifest, want)
     files = list(source.iterdir())
     bench.res.meta.setdefault("checkpoints", {})["dcp_write"] = {
         "path": str(source), "size": sum(p.stat().st_size for p in files), "files": len(files)}
