@@ -195,6 +195,7 @@ def views(paths: PathTexts, extents: Extents, shown: Collection[str] = VIEW_NAME
     """The per-tensor views of one layout among those ``shown`` names, in listing order after each tensor
     (``steady_written``: of a checkpoint being written, see ``fs.sidecar``)."""
     every: tuple[View, ...] = (
-        SidecarView(paths, steady_written), NpyView(extents), QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
+        SidecarView(paths, steady_written), NpyView(extents),
+        QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
         QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))
     return tuple(view for view in every if view.suffix[1:] in shown)

@@ -210,7 +210,8 @@ class CheckpointFS:
         modes = self._modes
         memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
                              sizes[start:stop])
-        window = _Window(directory, start, [name.encode("utf-8") for name in names], memory, ctypes.addressof(ctypes.c_char.from_buffer(memory)))
+        window = _Window(directory, start, [name.encode("utf-8") for name in names], memory,
+                         ctypes.addressof(ctypes.c_char.from_buffer(memory)))
         self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
         return window
 

@@ -5,8 +5,9 @@ place. Opening for writing a file that is not a writable tensor's, and every oth
 rename, truncate, setattr …), fails with EROFS; a write past a tensor's end with EFBIG. A record whose bytes are
 all written gets its CRC-32 when a file of it is closed (``flush``: before ``close`` returns), fsynced, released,
 and at unmount (``Checkpoint.close``); from then on its sidecars say ``"written":  true``, as wide as ``false``
-(``fs.sidecar``: the sizes they were listed with hold). The kernel keeps no file's pages between opens (other files show the same
-bytes: a tensor's views, tied links), and writes reach the daemon as they are made (no writeback cache).
+(``fs.sidecar``: the sizes they were listed with hold). The kernel keeps no file's pages between opens (other
+files show the same bytes: a tensor's views, tied links), and writes reach the daemon as they are made (no
+writeback cache).
 """
 
 from __future__ import annotations

@@ -180,7 +180,8 @@ def breakdown(path: str, count: int, runs: int = 3) -> str:
     unpickler.FAST_PATHS = True
     us = {name: statistics.median(values) / count * 1e6 for name, values in times.items()}
     return (f"us per tensor: pickle {us['pickle']:.1f} (reference path {us['pickle_reference']:.1f}), rows to records "
-            f"{us['parse_metadata'] - us['pickle']:.1f}, records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
+            f"{us['parse_metadata'] - us['pickle']:.1f}, "
+            f"records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
             f"rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; total {us['ckptfs.open']:.1f}")
 
 

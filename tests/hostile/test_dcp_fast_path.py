@@ -206,7 +206,8 @@ def test_memo_limits_same_on_both_paths() -> None:
 @pytest.mark.parametrize("form", ["BINGET", "LONG_BINGET", "GET"])
 def test_a_get_of_an_unmade_object_parses_again_on_the_reference_path(form: str) -> None:
     """A later get of an object the fast path did not make (here: planner_data's first path replaced by a get of
-    the second item's ``TensorStorageMetadata``) stops the fast parse; ``load_dcp`` then gives the reference's result."""
+    the second item's ``TensorStorageMetadata``) stops the fast parse; ``load_dcp`` then gives the reference's
+    result."""
     data = metadata(expert_tensors(3))
     machine = unpickler.SafeUnpickler(data, limits=Limits())
     machine.dcp_items = True

@@ -48,7 +48,8 @@ def test_find_and_ls_list_every_tensor(corpus: dict[str, CorpusFile], corpus_mou
     assert len(files) == len({id(t) for t in corpus[name].expected.tensors.values()})
     assert set(files) <= listed and {t["sidecar"] for t in index["tensors"]} <= listed
     ls = subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, text=True, check=True, timeout=60).stdout
-    assert {os.path.basename(f) for f in files} <= {line.split(None, 8)[-1] for line in ls.splitlines() if line.count(" ") >= 8}
+    listed = {line.split(None, 8)[-1] for line in ls.splitlines() if line.count(" ") >= 8}
+    assert {os.path.basename(f) for f in files} <= listed
 
 
 @pytest.mark.parametrize("name", CORPUS_NAMES)
