@@ -9,12 +9,13 @@ Figures, per run, ckptfs beside torch and the floors:
 * ``scale_mount``   ``ckptfs mount`` until it returns and the root lists; torch: ``torch.load(mmap=True)`` and a
                     listing of names and shapes in the warm worker; cpickle: the C unpickler process
                     (``pickle_floor.py``); clist: the C file system (``listing.c``) showing the same root entries,
-                    the C floor of issue 24 (``scale_mount_over_clist``: ckptfs's seconds beyond it)
+                    the C floor of issue 24 (``scale_mount_over_clist``: ckptfs's seconds beyond it); cll: the same
+                    on libfuse's low-level API (``listing_ll.c``: what the high-level API's node table costs)
 * ``scale_remount`` the same file mounted again, from the metadata cache an ``ls`` wrote just before
                     (``scale_remount_over_clist``: beyond the C floor's mount ready)
 * ``scale_find``    ``find MNT -ls`` over the whole mount, cold (clist: over the same root)
 * ``scale_find_cpu`` the daemon's CPU time during that ``find -ls``, per entry listed (ckptfs and clist)
-* ``scale_rss``     the daemon's peak RSS (``VmHWM``) after that listing
+* ``scale_rss``     the daemon's peak RSS (``VmHWM``) after that listing (the C floors' too)
 * ``scale_ls``, ``scale_info``  ``ckptfs ls`` and ``ckptfs info`` of the file, whole processes, output discarded
 * ``scale_nest_mount``, ``scale_nest_find``, ``scale_nest_rss``  the same with ``--nest`` (when ckptfs has it)
 * ``scale_small_*``, ``scale_million_*``  the 20,000- and 1,000,000-tensor cases (``scale_cases.py``)
@@ -72,9 +73,15 @@ def define_checks(bench: Any) -> None:
     checks.append(Check("scale_mount", "floor", None, "<=", None,
                               f"floor of a Python mount ({n} tensors): C unpickler + C listing, seconds"))
     checks.append(Check("scale_find", "clist", None, "<=", None, f"find -ls of the C listing ({n}), seconds"))
+    checks.append(Check("scale_mount", "cll", None, "<=", None,
+                        f"mount ready of the C listing on the low-level API ({n}), seconds"))
+    checks.append(Check("scale_find", "cll", "clist", "<=", None,
+                        f"find -ls ({n}): the C listing on the low-level API / on the high-level API"))
+    for side in ("clist", "cll"):
+        checks.append(Check("scale_rss", side, None, "<=", None, f"{side} daemon peak RSS after find -ls ({n}), MiB"))
     checks.append(Check("scale_find", "ckptfs", "clist", "<=", FIND_OVER_CLIST if full else None,
                         f"find -ls ({n}) / C listing's"))
-    for side in ("ckptfs", "clist"):
+    for side in ("ckptfs", "clist", "cll"):
         checks.append(Check("scale_find_cpu", side, None, "<=", None,
                                   f"{side} daemon CPU per entry listed by find -ls ({n}), us"))
     for key, label in (("scale_nest_mount", "mount ready --nest"), ("scale_nest_find", "find -ls --nest"),
@@ -132,15 +139,19 @@ def _find(bench: Any, m: Any, side: str, find: Any) -> None:
             side, (after.cpu_s - before.cpu_s) / entries * 1e6)
 
 
+def add_rss(figure: Any, side: str, pid: int | None) -> None:
+    hwm = proc_status_kib(pid, "VmHWM") if pid is not None else None
+    if hwm is not None:
+        figure.add(side, hwm / 1024)
+
+
 def _mount_figures(bench: Any, src: str, tag: str, ready: Any, find: Any, rss: Any,
                    listing: Any = None) -> None:
     m = bench.mount_ckptfs(src, tag)
     try:
         ready.add("ckptfs", m.ready_s)
         _find(bench, m, "ckptfs", find)
-        hwm = proc_status_kib(m.pid, "VmHWM")
-        if hwm is not None:
-            rss.add("ckptfs", hwm / 1024)
+        add_rss(rss, "ckptfs", m.pid)
         if listing is not None:
             bench.res.meta["scale_root_entries"] = write_root_entries(m.mnt, listing)
     finally:
@@ -178,11 +189,19 @@ def run(bench: Any) -> None:
             res.fig("scale_ls", f"ckptfs ls, {n} tensors", "s").add("ckptfs", cli_seconds(bench, "ls", src))
             res.fig("scale_info", f"ckptfs info, {n} tensors", "s").add(
                 "ckptfs", cli_seconds(bench, "info", src))
+            m = bench.mount_clist(listing, "cll-scale", low_level=True)
+            try:
+                ready.add("cll", m.ready_s)
+                _find(bench, m, "cll", find)
+                add_rss(rss, "cll", m.pid)
+            finally:
+                bench.mounts.stop(m)
             m = bench.mount_clist(listing, "clist-scale")
             try:
                 ready.add("clist", m.ready_s)
                 ready.add("floor", ready.values["cpickle"][-1] + m.ready_s)
                 _find(bench, m, "clist", find)
+                add_rss(rss, "clist", m.pid)
             finally:
                 bench.mounts.stop(m)
             for figure in (ready, again):

@@ -17,7 +17,7 @@ import subprocess
 from typing import Any
 
 import scale
-from common import log, proc_status_kib, warm
+from common import log, warm
 from results import Check
 
 SMALL = 20_000
@@ -63,7 +63,7 @@ def _small(bench: Any) -> None:
         try:
             returned.add("ckptfs", m.returned_s)
             subprocess.run(["find", m.mnt, "-ls"], stdout=subprocess.DEVNULL, check=True)
-            _add_rss(rss, m.pid)
+            scale.add_rss(rss, "ckptfs", m.pid)
         finally:
             bench.mounts.stop(m)
         scale.cli_seconds(bench, "ls", src, cache)  # writes the metadata cache entry the repeat mount reads
@@ -84,12 +84,6 @@ def _million(bench: Any) -> None:
         m = bench.mount_ckptfs(src, "ckptfs-scale-million", extra=MILLION_LIMITS)
         try:
             ready.add("ckptfs", m.ready_s)
-            _add_rss(rss, m.pid)
+            scale.add_rss(rss, "ckptfs", m.pid)
         finally:
             bench.mounts.stop(m)
-
-
-def _add_rss(figure: Any, pid: int | None) -> None:
-    hwm = proc_status_kib(pid, "VmHWM") if pid is not None else None
-    if hwm is not None:
-        figure.add("ckptfs", hwm / 1024)
