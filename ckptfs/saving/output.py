@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable
 from isal.isal_zlib import crc32
 
 from ckptfs.errors import OutputError
-from ckptfs.file_crc import file_crc32
+from ckptfs.saving.file_crc import file_crc32
 from ckptfs.write_back import Behind, WriteBack
 
 CHUNK = 8 << 20

@@ -3,6 +3,9 @@
 
 * ``scale_dcp_open``   one rank: one ``.metadata`` (~23 MB) and one ``.distcp``
 * ``scale_dcp8_open``  the same 100,000 tensors over 8 ranks' files (expert parallel: tensor n whole on rank n % 8)
+* ``scale_dcp_mount``  one rank: ``ckptfs mount`` (no metadata cache) until it returns and the root lists, beside
+                       the C floor (``listing.c``) showing the same root entries; ``scale_dcp_mount_over_clist``:
+                       ckptfs's seconds beyond it (target 1.5 s)
 
 The ``.metadata`` is what ``FileSystemWriter.finish`` pickles (``pickle.dump`` of torch's own ``Metadata``, made
 here with torch's classes, MoE names, fp32/bf16/fp16/int8); the ``.distcp`` files are sparse, of the sizes the
@@ -24,13 +27,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common import log
+from common import log, write_root_entries
 from results import Check
 
 TENSORS = 100_000
 QUICK_TENSORS = 10_000
 TARGET = 0.25
 """ckptfs' open over torch's ``read_metadata()`` (issue 24)."""
+MOUNT_OVER_CLIST = 1.5
+"""Issue 24: seconds the one-rank mount ready may take beyond the C floor's."""
 CASES = {"scale_dcp_open": 1, "scale_dcp8_open": 8}
 FORMAT_VERSION = 1
 
@@ -41,6 +46,13 @@ def tensors(args: Any) -> int:
 
 def define_checks(bench: Any) -> None:
     n = tensors(bench.args)
+    bench.res.checks.append(Check("scale_dcp_mount", "ckptfs", None, "<=", None,
+                                  f"DCP mount ready, {n} tensors (one rank), seconds"))
+    bench.res.checks.append(Check("scale_dcp_mount", "clist", None, "<=", None,
+                                  f"C floor (listing.c) of the same root, {n} tensors, seconds"))
+    bench.res.checks.append(Check("scale_dcp_mount_over_clist", "ckptfs", None, "<=",
+                                  MOUNT_OVER_CLIST if n >= TENSORS else None,
+                                  f"DCP mount ready, {n} tensors (one rank): seconds beyond the C floor's"))
     for key, ranks in CASES.items():
         where = "one rank" if ranks == 1 else f"{ranks} ranks' files"
         bench.res.checks.append(Check(key, "ckptfs", "torch", "<=", TARGET if n >= TENSORS else None,
@@ -51,6 +63,8 @@ def define_checks(bench: Any) -> None:
 
 def run(bench: Any) -> None:
     n = tensors(bench.args)
+    if bench.have_ckptfs:
+        _mount(bench, ensure(bench.workdir, n, 1), n)
     for key, ranks in CASES.items():
         path = ensure(bench.workdir, n, ranks)
         figure = bench.res.fig(key, f"DCP open, {n} tensors, {ranks} rank(s)", "s")
@@ -58,6 +72,27 @@ def run(bench: Any) -> None:
             log(f"DCP {n} tensors over {ranks} rank(s), run {run_i + 1}/{bench.args.runs}")
             for side in (("ckptfs", "torch") if run_i % 2 == 0 else ("torch", "ckptfs")):
                 figure.add(side, measure(side, path))
+
+
+def _mount(bench: Any, path: Path, n: int) -> None:
+    ready = bench.res.fig("scale_dcp_mount", f"DCP mount ready, {n} tensors, one rank", "s")
+    over = bench.res.fig("scale_dcp_mount_over_clist", f"DCP mount ready, {n} tensors: beyond the C floor's", "s")
+    listing = bench.workdir / f"root-entries-dcp-{n}.txt"
+    for run_i in range(bench.args.runs):
+        log(f"DCP {n} tensors, one rank: mount ready, run {run_i + 1}/{bench.args.runs}")
+        m = bench.mount_ckptfs(str(path), "ckptfs-dcp-scale")
+        try:
+            ready.add("ckptfs", m.ready_s)
+            if run_i == 0:
+                write_root_entries(m.mnt, listing)
+        finally:
+            bench.mounts.stop(m)
+        m = bench.mount_clist(listing, "clist-dcp-scale")
+        try:
+            ready.add("clist", m.ready_s)
+        finally:
+            bench.mounts.stop(m)
+        over.add("ckptfs", ready.values["ckptfs"][-1] - m.ready_s)
 
 
 def ensure(workdir: Path, count: int, ranks: int) -> Path:

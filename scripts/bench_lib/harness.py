@@ -97,7 +97,7 @@ class Bench:
         bindir = self.workdir / "bin"
         bindir.mkdir(exist_ok=True)
         flags = run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True).stdout.split()
-        for name, libs in (("passthrough", flags), ("listing", flags), ("preadbench", [])):
+        for name, libs in (("passthrough", flags), ("listing", flags), ("listing_ll", flags), ("preadbench", [])):
             out = str(bindir / name)
             run(["gcc", "-O2", "-Wall", str(LIB / f"{name}.c"), *libs, "-o", out])
             self.bin[name] = out
@@ -175,11 +175,13 @@ class Bench:
             log(f"could not raise {path} to {self.args.read_ahead_kb} (root needed): {exc}")
         return m
 
-    def mount_clist(self, listing: Path, tag: str) -> Mount:
-        """The C listing file system (``listing.c``) showing the root entries ckptfs showed."""
+    def mount_clist(self, listing: Path, tag: str, low_level: bool = False) -> Mount:
+        """The C listing file system (``listing.c``; ``low_level``: ``listing_ll.c``, on libfuse's low-level API)
+        showing the root entries ckptfs showed."""
         assert self.mounts is not None
         mnt = str(self.workdir / "mnt" / tag)
-        argv = [self.bin["listing"], str(listing), mnt, "-f", "-s", "-o", "ro,fsname=clist"]
+        program = "listing_ll" if low_level else "listing"
+        argv = [self.bin[program], str(listing), mnt, "-f", "-s", "-o", f"ro,fsname={program}"]
         return self.mounts.start(tag, argv, mnt)
 
     def mount_ratar(self, src: str, tag: str) -> Mount:

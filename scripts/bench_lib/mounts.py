@@ -22,6 +22,9 @@ class Mount:
     log_path: str
     daemon: bool = False
     ready_s: float = 0.0
+    """Seconds until the mount is usable: the command returned (daemon) or the mount appeared, and its root listed."""
+    returned_s: float = 0.0
+    """Seconds until the mount command returned (daemon mode) or the mount appeared (foreground), not yet listed."""
     pid: int | None = None
 
 
@@ -70,12 +73,14 @@ class MountManager:
                 time.sleep(0.001)
             if code != 0:
                 raise BenchError(f"{name}: {shlex.join(argv)} exited with {code}; log:\n{self.tail(m)}")
+            m.returned_s = time.perf_counter() - t0
             os.listdir(mnt)
             m.ready_s = time.perf_counter() - t0
             if mnt not in mountpoints():
                 raise BenchError(f"{name}: {shlex.join(argv)} returned but {mnt} is not mounted")
         while not daemon:
             if mnt in mountpoints():
+                m.returned_s = time.perf_counter() - t0
                 os.listdir(mnt)  # blocks until the daemon answers: the mount is usable
                 m.ready_s = time.perf_counter() - t0
                 break

@@ -37,6 +37,7 @@ SIDE_NOTES = {
     "raw": "raw = .pt byte range read directly",
     "cpass": "cpass = C libfuse3 pass-through",
     "clist": "clist = C libfuse3 file system listing the root entries ckptfs lists",
+    "cll": "cll = clist on libfuse3's low-level API (no node table, no paths, no opendir)",
     "cpickle": "cpickle = Python process reading the pickle with the C unpickler",
     "floor": "floor = cpickle + clist",
     "ckptfs": "ckptfs = tensor file of ckptfs mount",

@@ -7,6 +7,7 @@ import big
 import dcp_scale
 import many
 import scale
+import scale_cases
 import values
 import views
 import write
@@ -38,11 +39,13 @@ def _remote(bench: Bench) -> None:
 
 def _scale(bench: Bench) -> None:
     scale.run(bench)
+    scale_cases.run(bench)
     dcp_scale.run(bench)
 
 
 def _scale_checks(bench: Bench) -> None:
     scale.define_checks(bench)
+    scale_cases.define_checks(bench)
     dcp_scale.define_checks(bench)
 
 

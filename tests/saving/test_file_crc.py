@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ckptfs.file_crc
-from ckptfs.file_crc import file_crc32
+import ckptfs.saving.file_crc
+from ckptfs.saving.file_crc import file_crc32
 
 
 @settings(max_examples=60, deadline=None)
@@ -23,14 +23,14 @@ def test_equals_zlib_over_any_range_and_window(tmp_path_factory: pytest.TempPath
     start = cut.draw(st.integers(0, len(data)))
     end = cut.draw(st.integers(start, len(data)))
     window = cut.draw(st.sampled_from([1, 7, 4096, 1 << 20]))
-    old = ckptfs.file_crc.WINDOW
-    ckptfs.file_crc.WINDOW = window
+    old = ckptfs.saving.file_crc.WINDOW
+    ckptfs.saving.file_crc.WINDOW = window
     fd = os.open(path, os.O_RDONLY)
     try:
         assert file_crc32(fd, start, end - start, seed) == zlib.crc32(data[start:end], seed)
     finally:
         os.close(fd)
-        ckptfs.file_crc.WINDOW = old
+        ckptfs.saving.file_crc.WINDOW = old
 
 
 def test_a_range_past_the_end_is_an_error(tmp_path: Path) -> None:
