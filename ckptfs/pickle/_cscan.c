@@ -183,8 +183,7 @@ static int make_tuple(scanner *s, int64_t from) {
         return 0;
     }
     s->sp = from;
-    s->stack[s->sp++] = made;
-    return 1;
+    return push(s, made);
 }
 
 /* The tensor row of _rebuild_tensor_v2(*args), checked as ckptfs.model.rebuild.make_tensor checks it, except
@@ -313,9 +312,7 @@ static int step(scanner *s) {
     case 't':
         if (!s->nframes) return 0;
         s->nframes--;
-        if (!make_tuple(s, base)) return 0;
-        /* The tuple is pushed onto the frame below: the reference checks its depth there. */
-        return s->sp - 1 - frame_base(s) + 2 < s->max_depth;
+        return make_tuple(s, base); /* pushed onto the frame below, with its depth check there */
     case 0x85:
     case 0x86:
     case 0x87:
