@@ -43,25 +43,26 @@ def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], l
 
 
 def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str, Any]:
-    dtypes: dict[bytes, DType | None] = {}
-    locations: dict[bytes, str] = {}
+    # A class or location is one opcode's text, met again through the memo: known by its offset.
+    dtypes: dict[int, DType | None] = {}
+    locations: dict[int, str] = {}
     storages = []
-    for class_at, class_length, key_at, key_length, location_at, location_length, numel, _ in cscan.rows(rows.storages, cscan.STORAGE_FIELDS):
-        name = data[class_at : class_at + class_length]
-        dtype = dtypes.get(name, _UNSEEN)
+    for class_at, class_length, key_at, key_length, location_at, location_length, numel, _ in cscan.rows(
+            rows.storages, cscan.STORAGE_FIELDS):
+        dtype = dtypes.get(class_at, _UNSEEN)
         if dtype is _UNSEEN:
-            dtype = dtypes[name] = dtype_of_storage_class("torch", name.decode("ascii"))
+            dtype = dtypes[class_at] = dtype_of_storage_class(
+                "torch", data[class_at : class_at + class_length].decode("ascii"))
         if dtype is None:
             raise _Refused
-        raw_location = data[location_at : location_at + location_length]
-        location = locations.get(raw_location)
+        location = locations.get(location_at)
         if location is None:
-            location = locations[raw_location] = raw_location.decode("ascii")
-        key = data[key_at : key_at + key_length].decode("ascii")
-        storages.append(make_storage(key, dtype, location, numel))
+            location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
+        storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
     pool = rows.pool
     tensors = []
-    for storage_row, offset, size_at, rank, stride_at, grad, has_elements, last in cscan.rows(rows.tensors, cscan.TENSOR_FIELDS):
+    for storage_row, offset, size_at, rank, stride_at, grad, has_elements, last in cscan.rows(
+            rows.tensors, cscan.TENSOR_FIELDS):
         storage = storages[storage_row]
         dtype = storage.dtype
         if dtype.name == "untyped":

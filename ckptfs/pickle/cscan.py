@@ -69,16 +69,17 @@ def active_path() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """The scanner's tables (see ``_cscan.h``), each a flat list of its rows' ints (``rows`` iterates one)."""
+    """The scanner's tables (see ``_cscan.h``), each its rows' int64s in a row (``rows`` iterates one); the pool
+    as a tuple, to slice sizes and strides from."""
 
     end: int
     pool: tuple[int, ...]
-    storages: list[int]
-    tensors: list[int]
-    items: list[int]
+    storages: memoryview
+    tensors: memoryview
+    items: memoryview
 
 
-def rows(table: list[int], width: int) -> Iterator[tuple[int, ...]]:
+def rows(table: memoryview, width: int) -> Iterator[tuple[int, ...]]:
     """The rows of a table of ``width`` ints per row."""
     cursor = iter(table)
     return zip(*[cursor] * width)
@@ -93,7 +94,7 @@ def scan(data: bytes, limits: Limits) -> Scan | None:
                        ctypes.byref(result)) != _DONE:
         return None
     try:
-        return Scan(result.end, tuple(_ints(result.pool, result.pool_len)),
+        return Scan(result.end, tuple(_ints(result.pool, result.pool_len).tolist()),
                     _ints(result.storages, result.storage_rows * STORAGE_FIELDS),
                     _ints(result.tensors, result.tensor_rows * TENSOR_FIELDS),
                     _ints(result.items, result.item_rows * ITEM_FIELDS))
@@ -101,6 +102,6 @@ def scan(data: bytes, limits: Limits) -> Scan | None:
         LIBRARY.cs_free(ctypes.byref(result))
 
 
-def _ints(address: int | None, count: int) -> list[int]:
-    """``count`` int64s the scanner wrote (in the machine's own byte order)."""
-    return memoryview(ctypes.string_at(address, count * 8)).cast("q").tolist() if count else []
+def _ints(address: int | None, count: int) -> memoryview:
+    """A copy of the ``count`` int64s the scanner wrote (in the machine's own byte order)."""
+    return memoryview(ctypes.string_at(address, count * 8) if count else b"").cast("q")
