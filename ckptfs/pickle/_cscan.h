@@ -28,4 +28,11 @@ typedef struct {
 
 int cs_scan(const uint8_t *data, int64_t len, int64_t max_memo, int64_t max_depth, cs_result *out);
 void cs_free(cs_result *result);
+
+/* A zip central directory of count entries (_cscan_zip.c): per entry, into rows (count * CS_DIRECTORY_FIELDS,
+ * the caller's), its name's offset and length, method, flags, compressed and uncompressed sizes, local header
+ * offset and CRC-32; in_order: whether the header offsets increase. */
+#define CS_DIRECTORY_FIELDS 8
+int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_offset, int64_t *rows,
+                 int64_t *in_order);
 #endif

@@ -1,4 +1,5 @@
-"""The compiled scanner of torch.save ``data.pkl`` pickles (``_cscan.c``), loaded with ctypes.
+"""The compiled scanner of torch.save ``data.pkl`` pickles (``_cscan.c``) and zip central directories
+(``_cscan_zip.c``), loaded with ctypes.
 
 Plain C with no Python.h, built by ``pip install`` when a C compiler is there (``setup.py``: an optional
 extension) and skipped without one: ckptfs then runs the pure-Python interpreter, which stays the reference. The
@@ -33,6 +34,8 @@ _DONE = 0
 STORAGE_FIELDS = 8
 TENSOR_FIELDS = 8
 ITEM_FIELDS = 3
+DIRECTORY_FIELDS = 8
+CD_HEADER_SIZE = 46
 
 
 def _load_library() -> tuple[ctypes.CDLL | None, str]:
@@ -51,6 +54,9 @@ def _load_library() -> tuple[ctypes.CDLL | None, str]:
             library.cs_scan.restype = ctypes.c_int
             library.cs_free.argtypes = [ctypes.POINTER(_Result)]
             library.cs_free.restype = None
+            library.cs_directory.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                             ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
+            library.cs_directory.restype = ctypes.c_int
             return library, f"compiled ({path.name})"
     return None, "pure Python (no compiled scanner was built)"
 
@@ -100,6 +106,21 @@ def scan(data: bytes, limits: Limits) -> Scan | None:
                     _ints(result.items, result.item_rows * ITEM_FIELDS))
     finally:
         LIBRARY.cs_free(ctypes.byref(result))
+
+
+def directory(data: bytes, count: int, cd_offset: int) -> tuple[memoryview, bool] | None:
+    """A zip central directory's rows (``_cscan.h``) and whether its header offsets increase, or None when the
+    scanner is not there or refuses (the Python loop then reads it)."""
+    if LIBRARY is None or not ENABLED or not unpickler.FAST_PATHS or not 0 < count <= len(data) // CD_HEADER_SIZE:
+        return None
+    rows = bytearray(count * DIRECTORY_FIELDS * 8)
+    in_order = ctypes.c_int64()
+    buffer = (ctypes.c_char * len(rows)).from_buffer(rows)
+    if LIBRARY.cs_directory(bytes(data), len(data), count, cd_offset, ctypes.addressof(buffer),
+                            ctypes.byref(in_order)) != _DONE:
+        return None
+    del buffer  # the bytearray may be viewed again
+    return memoryview(rows).cast("q"), bool(in_order.value)
 
 
 def _ints(address: int | None, count: int) -> memoryview:

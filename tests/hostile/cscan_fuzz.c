@@ -1,5 +1,6 @@
-/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan.c), built with -fsanitize=address,undefined by
- * tests/hostile/test_cscan_fuzz.py: deterministic mutations of real data.pkl files and the hostile seeds' pickles.
+/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan.c, _cscan_zip.c), built with -fsanitize=address,undefined by
+ * tests/hostile/test_cscan.py: deterministic mutations of real data.pkl files, the hostile seeds' pickles and real
+ * zip central directories. Every input goes through both the pickle scanner and the directory reader.
  *
  *   cscan_fuzz ITERATIONS SEED_FILE...
  *
@@ -106,6 +107,35 @@ static void mutate(uint8_t *buf, int64_t *len, int64_t cap, const input *seeds, 
     }
 }
 
+/* The directory reader on the input, with the entry count its signatures suggest (and one more): accepted rows
+ * must lie inside the input and below cd_offset. */
+static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
+    int64_t signatures = 0;
+    for (int64_t i = 0; i + 4 <= len; i++)
+        signatures += exact[i] == 'P' && exact[i + 1] == 'K' && exact[i + 2] == 1 && exact[i + 3] == 2;
+    for (int64_t count = signatures; count <= signatures + 1; count++) {
+        int64_t *rows = malloc((size_t)(count ? count : 1) * CS_DIRECTORY_FIELDS * sizeof(int64_t));
+        int64_t in_order = -1, cd_offset = INT64_C(1) << 40;
+        if (!rows) return 0;
+        int status = cs_directory(exact, len, count, cd_offset, rows, &in_order);
+        int ok = 1;
+        if (status == CS_DONE) {
+            *accepted = 1;
+            for (int64_t i = 0; ok && i < count; i++) {
+                const int64_t *r = rows + i * CS_DIRECTORY_FIELDS;
+                if (!inside(r[0], r[1], len) || r[4] < 0 || r[5] < 0 || r[6] < 0 || r[6] + 30 + r[4] > cd_offset)
+                    ok = fail("directory", i);
+            }
+            if (in_order != 0 && in_order != 1) ok = fail("directory order", 0);
+        } else if (status != CS_REFUSED) {
+            ok = fail("directory status", status);
+        }
+        free(rows);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
 static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t max_depth, int *accepted) {
     uint8_t *exact = malloc(len ? (size_t)len : 1);
     if (!exact) return 0;
@@ -120,6 +150,7 @@ static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t 
     } else if (status != CS_REFUSED) {
         ok = fail("status", status);
     }
+    if (ok) ok = directory_once(exact, len, accepted);
     free(exact);
     return ok;
 }

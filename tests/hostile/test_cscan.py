@@ -13,6 +13,7 @@ import collections
 import io
 import random
 import shutil
+import struct
 import subprocess
 import zipfile
 from pathlib import Path
@@ -224,9 +225,12 @@ def test_pure_python_when_the_library_is_missing(written: dict[str, Path], monke
 
 def fuzz_seeds(written: dict[str, Path], seeds: dict[str, bytes], hostile_files: dict[str, Path],
                out: Path) -> Iterator[Path]:
-    """The pickles: torch's, the hostile seeds' (a legacy file starts with its pickle) and the hostile zips'."""
+    """The pickles: torch's, the hostile seeds' (a legacy file starts with its pickle) and the hostile zips'; the
+    central directories of torch's archives."""
     pickles = {f"torch_{name}": data_pkl(path.read_bytes()) for name, path in written.items()
                if path.stat().st_size < 200_000}
+    for name in ("state_dict", "tied", "dtypes", "unicode_keys"):
+        pickles[f"directory_{name}"] = central_directory(written[name].read_bytes())
     for name in SEED_NAMES:
         pickles[f"seed_{name}"] = data_pkl(seeds[name]) if zipfile.is_zipfile(io.BytesIO(seeds[name])) else seeds[name]
     for name, path in hostile_files.items():
@@ -237,6 +241,12 @@ def fuzz_seeds(written: dict[str, Path], seeds: dict[str, bytes], hostile_files:
     for name, data in pickles.items():
         (out / name).write_bytes(data)
         yield out / name
+
+
+def central_directory(archive: bytes) -> bytes:
+    end = archive.rindex(b"PK\x05\x06")
+    size, offset = struct.unpack_from("<II", archive, end + 12)
+    return archive[offset : offset + size]
 
 
 def _stored_data_pkl(path: Path) -> bytes | None:
@@ -256,19 +266,21 @@ def test_scanner_fuzzed_under_sanitizers(written: dict[str, Path], seeds: dict[s
     gcc = shutil.which("gcc")
     assert gcc, "gcc is needed (scripts/setup --test installs it)"
     driver = tmp_path / "cscan_fuzz"
+    sources = HERE.parents[1] / "ckptfs" / "pickle"
     built = subprocess.run([gcc, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                             "-fno-omit-frame-pointer", "-o", str(driver), str(HERE / "cscan_fuzz.c"),
-                            str(HERE.parents[1] / "ckptfs" / "pickle" / "_cscan.c")],
+                            str(sources / "_cscan.c"), str(sources / "_cscan_zip.c")],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (tmp_path / "seeds").mkdir()
     files = list(fuzz_seeds(written, seeds, hostile_files, tmp_path / "seeds"))
+    directories = sum(f.name.startswith("directory_") for f in files)
     scannable = sum(f.name.startswith("torch_") and f.name[len("torch_"):] not in NOT_SCANNED for f in files)
     run = subprocess.run([str(driver), str(FUZZ_ITERATIONS), *map(str, files)], capture_output=True, text=True,
                          timeout=1200)
     assert (run.returncode, run.stderr) == (0, "")
     seeds_line, mutants_line = run.stdout.strip().split("; ")
     assert seeds_line.startswith(f"seeds {len(files)} accepted ")
-    assert int(seeds_line.rsplit(" ", 1)[1]) >= scannable
+    assert int(seeds_line.rsplit(" ", 1)[1]) >= scannable + directories
     assert mutants_line.startswith(f"mutants {FUZZ_ITERATIONS} accepted ")
     assert int(mutants_line.rsplit(" ", 1)[1]) > FUZZ_ITERATIONS // 400
