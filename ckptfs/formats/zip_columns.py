@@ -32,6 +32,7 @@ MakeStorage = Callable[[str, DType, str, int], Storage]
 
 def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], limits: Limits) -> dict[str, Any] | None:
     """The root dict, or None (``storages``, the persistent loads' table, then emptied) for the reference."""
+    data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
     rows = cscan.scan(data, limits)
     if rows is None:
         return None

@@ -21,6 +21,7 @@ def read_rows(directory: bytes, count: int, cd_offset: int, entries: dict[str, o
               make_entry: Callable[..., object]) -> tuple[list[str], list[int], bool] | None:
     """The names and header offsets of the ``count`` entries (made into ``entries``) and whether those offsets
     increase; None when the scanner is not there or refuses (the Python loop then reads the directory)."""
+    directory = bytes(directory)  # the same object when it is bytes already: names are sliced from it
     scanned = cscan.directory(directory, count, cd_offset)
     if scanned is None:
         return None

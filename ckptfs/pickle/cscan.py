@@ -96,7 +96,7 @@ def scan(data: bytes, limits: Limits) -> Scan | None:
     if LIBRARY is None or not ENABLED or not unpickler.FAST_PATHS or len(data) > limits.max_pickle_bytes:
         return None
     result = _Result()
-    if LIBRARY.cs_scan(data, len(data), limits.max_memo_entries, limits.max_stack_depth,
+    if LIBRARY.cs_scan(bytes(data), len(data), limits.max_memo_entries, limits.max_stack_depth,
                        ctypes.byref(result)) != _DONE:
         return None
     try:
