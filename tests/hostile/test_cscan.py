@@ -202,6 +202,43 @@ def test_random_streams_same_on_every_path(head: bytes, parts: list[bytes], stop
     assert compiled == python == reference
 
 
+RECORD = st.builds(
+    lambda cls, key, numel, location, offset, size, stride: tensor_v2(storage_pid(cls, key, numel, location), i(offset),
+                                                                       ints(*size), ints(*stride)),
+    cls=st.sampled_from(["FloatStorage", "FloatStorage", "HalfStorage", "LongStorage", "UntypedStorage",
+                         "QUInt4x2Storage", "NoSuchStorage"]),
+    key=st.sampled_from(["0", "0", "1", "2", "3"]), numel=st.sampled_from([0, 1, 2, 4, 8, 16]),
+    location=st.sampled_from(["cpu", "cuda:0", "a b"]), offset=st.sampled_from([0, 0, 1, 3, 70000, -1]),
+    size=st.lists(st.sampled_from([0, 1, 2, 4, 300]), max_size=3), stride=st.lists(st.sampled_from([0, 1, 2, 4]), max_size=3))
+"""Tensor records as torch writes them, of storages that exist, share keys under other classes or sizes, are missing
+(``3``), and views that fit their storage or not: most are scanned, and the rows must make what the opcodes make."""
+
+
+def near_valid_archive(items: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("archive/data.pkl", pickle(dct(*((s(key), record) for key, record in items)) + b"."))
+        for key, size in (("0", 16), ("1", 8), ("2", 32)):
+            z.writestr(f"archive/data/{key}", bytes(size))
+    return buffer.getvalue()
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=st.lists(st.tuples(st.sampled_from(["a", "b", "w.0", "\u00e4", "c"]), RECORD), max_size=6))
+def test_torch_like_records_same_on_every_path(items: list[tuple[str, bytes]]) -> None:
+    archive = near_valid_archive(items)
+    compiled, python, reference = three_paths(lambda: opened(BytesSource(archive, "records.pt")))
+    assert compiled == python == reference
+
+
+def test_torch_like_records_are_scanned() -> None:
+    """The records above are the scanner's: a dict of two of them is accepted (the comparison is of its rows)."""
+    record = tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(2, 2), ints(2, 1))
+    data = data_pkl(near_valid_archive([("a", record), ("b", record)]))
+    rows = cscan.scan(data, Limits())
+    assert rows is not None and len(rows.items) == 2 * cscan.ITEM_FIELDS and len(rows.tensors) == 2 * cscan.TENSOR_FIELDS
+
+
 def test_limits_near_a_checkpoint_are_reported_as_the_reference_reports_them(written: dict[str, Path]) -> None:
     """Every memo and stack bound around what the state dict needs: the scanner refuses before any bound."""
     archive = written["state_dict"].read_bytes()
