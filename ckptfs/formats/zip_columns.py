@@ -68,7 +68,9 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
         dtype = storage.dtype
         if dtype.name == "untyped":
             raise _Refused
-        if has_elements and -(-(last + 1) // dtype.packing) * dtype.itemsize > storage.nbytes:
+        # make_tensor's ceil((last + 1) / packing) * itemsize > nbytes, for the storage's own dtype (a zero itemsize
+        # refuses where it would pass: the reference then runs).
+        if has_elements and last >= storage.numel * dtype.packing:
             raise _Refused
         tensors.append(Tensor(dtype, pool[size_at : size_at + rank], pool[stride_at : stride_at + rank], offset,
                               storage, grad == 1, False, "dense"))
