@@ -18,7 +18,6 @@ from ckptfs.model.dtypes import DType, dtype_of_storage_class
 from ckptfs.model.records import Storage, Tensor
 from ckptfs.pickle import cscan
 
-
 _UNSEEN: Any = object()
 
 

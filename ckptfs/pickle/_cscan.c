@@ -4,8 +4,9 @@
  * Plain C, no Python.h: loaded with ctypes by ckptfs/pickle/cscan.py. It accepts only what it reproduces exactly:
  * a dict (EMPTY_DICT or OrderedDict()) whose items are str keys and _rebuild_tensor_v2 records with
  * ('storage', torch.<Name>Storage, key, location, numel) persistent ids, and its tensors again through the
- * memo (tied weights); a state_dict()'s _metadata, which the reference drops, is checked and skipped. Anything else, and any input on which the reference interpreter would raise, makes it
- * return CS_REFUSED: the pure-Python interpreter then parses the same bytes and its value or error is the answer.
+ * memo (tied weights); a state_dict()'s _metadata, which the reference drops, is checked and skipped. Anything
+ * else, and any input on which the reference interpreter would raise, makes it return CS_REFUSED: the pure-Python
+ * interpreter then parses the same bytes and its value or error is the answer.
  * Limits are passed in and it refuses before reaching them, so the reference reports them.
  */
 #include <stdint.h>
@@ -232,9 +233,10 @@ static int set_items(scanner *s, int64_t from, int64_t target) {
             if (item.kind != V_TENSOR) return 0;
             int64_t row[3] = {key.a, key.b, item.a};
             if (!put_row(&s->items, row, 3)) return 0;
-        } else if (!ascii(s, key) || !(item.kind == V_INT || item.kind == V_BOOL || item.kind == V_NONE ||
-                                       (item.kind == V_STR && ascii(s, item)) || (item.kind == V_DICT && item.a != 0))) {
-            return 0;
+        } else {
+            int plain = item.kind == V_INT || item.kind == V_BOOL || item.kind == V_NONE ||
+                        (item.kind == V_STR && ascii(s, item)) || (item.kind == V_DICT && item.a != 0);
+            if (!ascii(s, key) || !plain) return 0;
         }
     }
     s->sp = from;

@@ -4,9 +4,10 @@
  *
  *   cscan_fuzz ITERATIONS SEED_FILE...
  *
- * Half the mutants come from the seeds the scanner accepts as they are. Each input is copied into a buffer of its exact size (ASan reports any read past it) and scanned under limits
- * drawn from small and default ones; every accepted scan's rows are checked to point inside the input and inside
- * one another. Prints "seeds S accepted A; mutants M accepted B" and exits 0, or 1 at the first broken row.
+ * Half the mutants come from the seeds the scanner accepts as they are. Each input is copied into a buffer of its
+ * exact size (ASan reports any read past it) and scanned under limits drawn from small and default ones; every
+ * accepted scan's rows are checked to point inside the input and inside one another. Prints
+ * "seeds S accepted A; mutants M accepted B" (accepted: by either reader) and exits 0, or 1 at the first broken row.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -209,7 +209,8 @@ RECORD = st.builds(
                          "QUInt4x2Storage", "NoSuchStorage"]),
     key=st.sampled_from(["0", "0", "1", "2", "3"]), numel=st.sampled_from([0, 1, 2, 4, 8, 16]),
     location=st.sampled_from(["cpu", "cuda:0", "a b"]), offset=st.sampled_from([0, 0, 1, 3, 70000, -1]),
-    size=st.lists(st.sampled_from([0, 1, 2, 4, 300]), max_size=3), stride=st.lists(st.sampled_from([0, 1, 2, 4]), max_size=3))
+    size=st.lists(st.sampled_from([0, 1, 2, 4, 300]), max_size=3),
+    stride=st.lists(st.sampled_from([0, 1, 2, 4]), max_size=3))
 """Tensor records as torch writes them, of storages that exist, share keys under other classes or sizes, are missing
 (``3``), and views that fit their storage or not: most are scanned, and the rows must make what the opcodes make."""
 
@@ -236,7 +237,8 @@ def test_torch_like_records_are_scanned() -> None:
     record = tensor_v2(storage_pid("FloatStorage", "0", 4), i(0), ints(2, 2), ints(2, 1))
     data = data_pkl(near_valid_archive([("a", record), ("b", record)]))
     rows = cscan.scan(data, Limits())
-    assert rows is not None and len(rows.items) == 2 * cscan.ITEM_FIELDS and len(rows.tensors) == 2 * cscan.TENSOR_FIELDS
+    assert rows is not None
+    assert (len(rows.items), len(rows.tensors)) == (2 * cscan.ITEM_FIELDS, 2 * cscan.TENSOR_FIELDS)
 
 
 def test_limits_near_a_checkpoint_are_reported_as_the_reference_reports_them(written: dict[str, Path]) -> None:
@@ -245,7 +247,8 @@ def test_limits_near_a_checkpoint_are_reported_as_the_reference_reports_them(wri
     for depth in range(1, 24):
         for memo in (1, 8, 16, 24, 30, 31, 32, 33, 40, 10_000_000):
             limits = Limits(max_stack_depth=depth, max_memo_entries=memo)
-            compiled, python, reference = three_paths(lambda: opened(BytesSource(archive, "sd.pt"), limits))
+            compiled, python, reference = three_paths(
+                lambda limits=limits: opened(BytesSource(archive, "sd.pt"), limits))
             assert compiled == python == reference
 
 
