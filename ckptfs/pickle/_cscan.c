@@ -85,6 +85,13 @@ static int64_t frame_base(const scanner *s) { return s->nframes ? s->frames[s->n
 
 static int need(const scanner *s, int64_t k) { return s->pos + k <= s->n; }
 
+/* Where an opcode's k-byte argument starts, the position moved past it; -1 when the input ends first. */
+static int64_t take(scanner *s, int64_t k) {
+    if (!need(s, k)) return -1;
+    s->pos += k;
+    return s->pos - k;
+}
+
 static uint32_t u32(const uint8_t *q) {
     return (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
 }
@@ -139,20 +146,19 @@ static int text_is(const scanner *s, value v, const char *text, int64_t len) {
     return v.kind == V_STR && v.b == len && memcmp(s->p + v.a, text, (size_t)len) == 0;
 }
 
-static int storage_key_ok(const scanner *s, value v) {
-    if (v.kind != V_STR || v.b < 1 || v.b > 256) return 0;
-    for (int64_t i = 0; i < v.b; i++) {
-        uint8_t c = s->p[v.a + i];
-        if (c < 0x21 || c > 0x7e || c == '/') return 0;
-    }
+/* A string of first..last bytes but for one: a persistent id's key and location, the text in a dropped _metadata. */
+static int chars(const scanner *s, value v, uint8_t first, uint8_t last, uint8_t but) {
+    for (int64_t i = 0; i < v.b; i++)
+        if (s->p[v.a + i] < first || s->p[v.a + i] > last || s->p[v.a + i] == but) return 0;
     return 1;
 }
 
+static int storage_key_ok(const scanner *s, value v) {
+    return v.kind == V_STR && v.b >= 1 && v.b <= 256 && chars(s, v, 0x21, 0x7e, '/');
+}
+
 static int location_ok(const scanner *s, value v) {
-    if (v.kind != V_STR || v.b > 255) return 0;
-    for (int64_t i = 0; i < v.b; i++)
-        if (s->p[v.a + i] < 0x20 || s->p[v.a + i] > 0x7e) return 0;
-    return 1;
+    return v.kind == V_STR && v.b <= 255 && chars(s, v, 0x20, 0x7e, 0x7f);
 }
 
 /* TUPLE over a frame: int items make a tuple of ints; a persistent id or rebuild arguments become rows. */
@@ -213,11 +219,7 @@ static int rebuild_tensor(scanner *s, int64_t args_row) {
     return 1;
 }
 
-static int ascii(const scanner *s, value v) {
-    for (int64_t i = 0; i < v.b; i++)
-        if (s->p[v.a + i] > 0x7e) return 0;
-    return 1;
-}
+static int ascii(const scanner *s, value v) { return chars(s, v, 0, 0x7e, 0x7f); }
 
 /* SETITEMS or SETITEM: str keys and tensors into the root; into any other dict (an OrderedDict's _metadata, which
  * a BUILD on the root drops, as the reference does) ASCII str keys and plain values only. */
@@ -246,7 +248,7 @@ static int set_items(scanner *s, int64_t from, int64_t target) {
 static int step(scanner *s) {
     if (!need(s, 1)) return 0;
     uint8_t op = s->p[s->pos++];
-    int64_t base = frame_base(s);
+    int64_t base = frame_base(s), at;
     switch (op) {
     case 0x80: /* PROTO */
         if (!need(s, 1) || s->p[s->pos] < 2 || s->p[s->pos] > 5) return 0;
@@ -257,18 +259,9 @@ static int step(scanner *s) {
     case 'N': return push(s, (value){V_NONE, 0, 0});
     case 0x88: return push(s, (value){V_BOOL, 1, 0});
     case 0x89: return push(s, (value){V_BOOL, 0, 0});
-    case 'K':
-        if (!need(s, 1)) return 0;
-        s->pos += 1;
-        return push(s, (value){V_INT, s->p[s->pos - 1], 0});
-    case 'M':
-        if (!need(s, 2)) return 0;
-        s->pos += 2;
-        return push(s, (value){V_INT, s->p[s->pos - 2] | s->p[s->pos - 1] << 8, 0});
-    case 'J':
-        if (!need(s, 4)) return 0;
-        s->pos += 4;
-        return push(s, (value){V_INT, (int32_t)u32(s->p + s->pos - 4), 0});
+    case 'K': return (at = take(s, 1)) >= 0 && push(s, (value){V_INT, s->p[at], 0});
+    case 'M': return (at = take(s, 2)) >= 0 && push(s, (value){V_INT, s->p[at] | s->p[at + 1] << 8, 0});
+    case 'J': return (at = take(s, 4)) >= 0 && push(s, (value){V_INT, (int32_t)u32(s->p + at), 0});
     case 0x8a: { /* LONG1 of at most 8 bytes */
         if (!need(s, 1)) return 0;
         int64_t len = s->p[s->pos];
@@ -290,23 +283,11 @@ static int step(scanner *s) {
         return push(s, (value){V_STR, s->pos - len, len});
     }
     case 'c': return global(s);
-    case 'q':
-        if (!need(s, 1)) return 0;
-        s->pos += 1;
-        return memo_put(s, s->p[s->pos - 1]);
-    case 'r':
-        if (!need(s, 4)) return 0;
-        s->pos += 4;
-        return memo_put(s, u32(s->p + s->pos - 4));
+    case 'q': return (at = take(s, 1)) >= 0 && memo_put(s, s->p[at]);
+    case 'r': return (at = take(s, 4)) >= 0 && memo_put(s, u32(s->p + at));
     case 0x94: return memo_put(s, s->memo_len);
-    case 'h':
-        if (!need(s, 1)) return 0;
-        s->pos += 1;
-        return memo_get(s, s->p[s->pos - 1]);
-    case 'j':
-        if (!need(s, 4)) return 0;
-        s->pos += 4;
-        return memo_get(s, u32(s->p + s->pos - 4));
+    case 'h': return (at = take(s, 1)) >= 0 && memo_get(s, s->p[at]);
+    case 'j': return (at = take(s, 4)) >= 0 && memo_get(s, u32(s->p + at));
     case '(':
         if (s->nframes >= MAX_FRAMES || s->nframes + 2 >= s->max_depth) return 0;
         s->frames[s->nframes++] = s->sp;
