@@ -71,7 +71,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed distribution's version (importlib.metadata is only loaded when asked)."""
+    """``--version``: the installed distribution's version (importlib.metadata is only loaded when asked) and which
+    parse path opens torch.save zips."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, help="print ckptfs' version and exit", **kwargs)
@@ -84,7 +85,9 @@ class _Version(argparse.Action):
             version = metadata.version("ckptfs")
         except metadata.PackageNotFoundError:
             version = "unknown (not installed)"
-        print(f"ckptfs {version}")
+        from ckptfs.pickle import cscan
+
+        print(f"ckptfs {version}\ntorch.save zip pickles: {cscan.active_path()}")
         parser.exit()
 
 

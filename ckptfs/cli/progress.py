@@ -57,7 +57,9 @@ def _phases() -> dict[CodeType, Describe]:
     from ckptfs.cli.info import description_text, indented
     from ckptfs.cli.listing import tensor_files
     from ckptfs.cli.output import write_text
+    from ckptfs.formats import zip_columns
     from ckptfs.fs.layout import Layout
+    from ckptfs.pickle import cscan
     from ckptfs.pickle.unpickler import SafeUnpickler
     from ckptfs.saving.torch_pickle import TorchPickler
     from ckptfs.saving.torch_save import TorchArchive
@@ -67,6 +69,8 @@ def _phases() -> dict[CodeType, Describe]:
 
     return {
         SafeUnpickler.load.__code__: _pickle,
+        cscan.scan.__code__: says("reading the pickle (compiled scanner)"),
+        zip_columns._tree.__code__: says("making the tensor records"),
         Checkpoint._collect_tensors.__code__: _tensors,
         MetadataCache.load.__code__: says("reading the metadata cache"),
         MetadataCache.save.__code__: says("writing the metadata cache"),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
+from ckptfs.formats import zip_columns
 from ckptfs.formats.deflate_index import DeflateIndex, DeflateIndexes
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.prefetch import Prefetch
@@ -13,8 +14,9 @@ from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
-from ckptfs.model.dtypes import dtype_of_storage_class
+from ckptfs.model.dtypes import DType, dtype_of_storage_class
 from ckptfs.model.records import Storage
+from ckptfs.pickle import unpickler
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import PickledObject
 
@@ -43,6 +45,10 @@ class _StorageTable:
         dtype = dtype_of_storage_class(cls.module, cls.name)
         if dtype is None:
             raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
+        return self.storage(key, dtype, location, numel)
+
+    def storage(self, key: str, dtype: DType, location: str, numel: int) -> Storage:
+        """The storage a valid persistent id names (``zip_columns`` calls it with the scanner's checked ids)."""
         storages = self.storages
         if key in storages:
             known = shared_storage(storages, key, dtype, numel)
@@ -63,8 +69,8 @@ class _StorageTable:
         if method != STORED and method != DEFLATED:
             raise UnsupportedError(f"record {record!r} uses compression method {method}")
         written = not (self.crcs_computed and size and entry.crc == 0)
-        storage = Storage(key, dtype, location, numel, record, -1, size, self.byteorder,
-                          compressed=method == DEFLATED, written=written, source=self.archive.source)
+        storage = Storage(key, dtype, location, numel, record, -1, size, self.byteorder, method == DEFLATED, written,
+                          None, None, 0, self.archive.source)
         storages[key] = storage
         return storage
 
@@ -147,9 +153,12 @@ class ZipParsed(ParsedCheckpoint):
 
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:
-    unpickler = SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,
-                              limits=limits)
-    return unpickler.load()
+    if unpickler.FAST_PATHS:
+        root = zip_columns.load(pickle_bytes, table.storage, table.storages, limits)
+        if root is not None:
+            return root
+    return SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,
+                         limits=limits).load()
 
 
 def _attach_constants(root: Any, constants: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from torch import nn
 import ckptfs
 from ckptfs.cli.main import build_parser
 from ckptfs.limits import format_quantity, parse_quantity
+from ckptfs.pickle import cscan
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -153,7 +155,19 @@ def test_version() -> None:
     pyproject = (Path(ckptfs.__file__).parents[1] / "pyproject.toml").read_text()
     (version,) = re.findall(r'^version = "(.+)"$', pyproject, re.MULTILINE)
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout == f"ckptfs {version}\n" == f"ckptfs {metadata.version('ckptfs')}\n"
+    first, _, path = result.stdout.partition("\ntorch.save zip pickles: ")
+    assert first == f"ckptfs {version}" == f"ckptfs {metadata.version('ckptfs')}"
+    assert path == f"{cscan.active_path()}\n"
+    assert path.startswith("compiled (_cscan.") == (cscan.LIBRARY is not None)
+
+
+@pytest.mark.parametrize("environment,path", [({"CKPTFS_PICKLE_COMPILED": "0"}, "pure Python (CKPTFS_PICKLE_COMPILED=0)"),
+                                              ({"CKPTFS_PICKLE_FAST_PATHS": "0"},
+                                               "pure Python, the reference (CKPTFS_PICKLE_FAST_PATHS=0)")])
+def test_version_names_the_pure_python_path_when_asked(environment: dict[str, str], path: str) -> None:
+    result = subprocess.run([*CLI, "--version"], capture_output=True, text=True, env={**os.environ, **environment},
+                            timeout=60)
+    assert result.stdout.splitlines()[1:] == [f"torch.save zip pickles: {path}"]
 
 
 @pytest.mark.parametrize("argv", [["--debug", "ls"], ["ls", "--debug"], ["--debug", "info", "--json"],

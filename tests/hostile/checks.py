@@ -10,7 +10,7 @@ from typing import Iterator
 import ckptfs
 from ckptfs.cli.info import description_text
 from ckptfs.errors import CkptfsError, LimitExceededError
-from ckptfs.pickle import unpickler
+from ckptfs.pickle import cscan, unpickler
 from hostile.conftest import HANG_SECONDS, MEMORY_BOUND, READ_BOUND, WRITE_BOUND, CliResult
 
 TRUNCATION_REASONS = (r"empty file|not a PyTorch checkpoint|no zip end-of-central-directory record"
@@ -72,3 +72,14 @@ def fast_paths(on: bool) -> Iterator[None]:
         yield
     finally:
         unpickler.FAST_PATHS = saved
+
+
+@contextlib.contextmanager
+def compiled_scanner(on: bool) -> Iterator[None]:
+    """The compiled scanner of zip pickles used (when built) or not: off, the pure-Python fast paths parse."""
+    saved = cscan.ENABLED
+    cscan.ENABLED = on
+    try:
+        yield
+    finally:
+        cscan.ENABLED = saved

@@ -40,10 +40,10 @@ MUTANTS = 600
 DCP_MUTANTS = 300
 
 
-def opened(source: str | Path | BytesSource) -> Any:
+def opened(source: str | Path | BytesSource, limits: Limits = Limits()) -> Any:
     """What opening shows: ``info --json``'s text (tree, tensors, storages), or the error's type and message."""
     try:
-        with ckptfs.open(source) as ck:
+        with ckptfs.open(source, limits=limits) as ck:
             try:
                 return description_text(ck)
             except CkptfsError as exc:

@@ -1,0 +1,79 @@
+"""A torch.save ``data.pkl`` made into its tree from the compiled scanner's rows (``ckptfs.pickle.cscan``).
+
+The rows stand for the calls the reference interpreter makes, in its order: each storage row is one persistent
+load, whose id the scanner checked as ``storage_persistent_id`` does, made by the same ``_StorageTable.storage``;
+each tensor row one ``_rebuild_tensor_v2``, whose checks the scanner made except those that need the storage's
+dtype (untyped, and its size against the last element), made here.
+Whatever would raise makes the reference parse instead (its error is the answer): ``load`` returns None and the
+storage table is emptied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ckptfs.errors import CkptfsError
+from ckptfs.limits import Limits
+from ckptfs.model.dtypes import DType, dtype_of_storage_class
+from ckptfs.model.records import Storage, Tensor
+from ckptfs.pickle import cscan
+
+_UNSEEN: Any = object()
+
+
+class _Refused(Exception):
+    """The rows would not make what the reference makes."""
+
+
+MakeStorage = Callable[[str, DType, str, int], Storage]
+"""``_StorageTable.storage``: key, dtype, location, numel."""
+
+
+def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], limits: Limits) -> dict[str, Any] | None:
+    """The root dict, or None (``storages``, the persistent loads' table, then emptied) for the reference."""
+    data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
+    rows = cscan.scan(data, limits)
+    if rows is None:
+        return None
+    try:
+        return _tree(data, rows, make_storage)
+    except (_Refused, CkptfsError, UnicodeDecodeError):
+        storages.clear()
+        return None
+
+
+def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str, Any]:
+    # A class or location is one opcode's text, met again through the memo: known by its offset.
+    dtypes: dict[int, DType | None] = {}
+    locations: dict[int, str] = {}
+    storages = []
+    for class_at, class_length, key_at, key_length, location_at, location_length, numel, _ in cscan.rows(
+            rows.storages, cscan.STORAGE_FIELDS):
+        dtype = dtypes.get(class_at, _UNSEEN)
+        if dtype is _UNSEEN:
+            dtype = dtypes[class_at] = dtype_of_storage_class(
+                "torch", data[class_at : class_at + class_length].decode("ascii"))
+        if dtype is None:
+            raise _Refused
+        location = locations.get(location_at)
+        if location is None:
+            location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
+        storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
+    pool = rows.pool
+    tensors = []
+    for storage_row, offset, size_at, rank, stride_at, grad, has_elements, last in cscan.rows(
+            rows.tensors, cscan.TENSOR_FIELDS):
+        storage = storages[storage_row]
+        dtype = storage.dtype
+        if dtype.name == "untyped":
+            raise _Refused
+        # make_tensor's ceil((last + 1) / packing) * itemsize > nbytes, for the storage's own dtype (a zero itemsize
+        # refuses where it would pass: the reference then runs).
+        if has_elements and last >= storage.numel * dtype.packing:
+            raise _Refused
+        tensors.append(Tensor(dtype, pool[size_at : size_at + rank], pool[stride_at : stride_at + rank], offset,
+                              storage, grad == 1, False, "dense"))
+    root: dict[str, Any] = {}
+    for key_at, key_length, tensor_row in cscan.rows(rows.items, cscan.ITEM_FIELDS):
+        root[data[key_at : key_at + key_length].decode("utf-8", "surrogatepass")] = tensors[tensor_row]
+    return root

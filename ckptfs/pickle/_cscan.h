@@ -1,0 +1,38 @@
+/* The compiled scanner's interface (ckptfs/pickle/_cscan.c), mirrored by ctypes in ckptfs/pickle/cscan.py. */
+#ifndef CKPTFS_CSCAN_H
+#define CKPTFS_CSCAN_H
+#include <stdint.h>
+
+#define CS_DONE 0
+#define CS_REFUSED 1
+
+/* Rows of int64, in the order the reference interpreter makes them:
+ *   storages (8 per row, one per persistent load): class name offset, length, key offset, length, location
+ *       offset, length, numel, 0
+ *   tensors (8 per row, one per _rebuild_tensor_v2 call): storage row, storage offset, size's pool offset, rank,
+ *       stride's pool offset, requires_grad, whether it has elements, index of its last element
+ *   items (3 per row, one per key and value set in the root dict): key offset, key length, tensor row
+ *   pool: the sizes' and strides' items
+ * Offsets are into the pickle's bytes; strings are undecoded. */
+typedef struct {
+    int64_t end; /* where the scan stopped: after STOP, or at the opcode it refused */
+    int64_t *pool;
+    int64_t pool_len;
+    int64_t *storages;
+    int64_t storage_rows;
+    int64_t *tensors;
+    int64_t tensor_rows;
+    int64_t *items;
+    int64_t item_rows;
+} cs_result;
+
+int cs_scan(const uint8_t *data, int64_t len, int64_t max_memo, int64_t max_depth, cs_result *out);
+void cs_free(cs_result *result);
+
+/* A zip central directory of count entries (_cscan_zip.c): per entry, into rows (count * CS_DIRECTORY_FIELDS,
+ * the caller's), its name's offset and length, method, flags, compressed and uncompressed sizes, local header
+ * offset and CRC-32; in_order: whether the header offsets increase. */
+#define CS_DIRECTORY_FIELDS 8
+int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_offset, int64_t *rows,
+                 int64_t *in_order);
+#endif

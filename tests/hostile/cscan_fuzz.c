@@ -1,0 +1,209 @@
+/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan.c, _cscan_zip.c), built with -fsanitize=address,undefined by
+ * tests/hostile/test_cscan.py: deterministic mutations of real data.pkl files, the hostile seeds' pickles and real
+ * zip central directories. Every input goes through both the pickle scanner and the directory reader.
+ *
+ *   cscan_fuzz ITERATIONS SEED_FILE...
+ *
+ * Half the mutants come from the seeds the scanner accepts as they are. Each input is copied into a buffer of its
+ * exact size (ASan reports any read past it) and scanned under limits drawn from small and default ones; every
+ * accepted scan's rows are checked to point inside the input and inside one another. Prints
+ * "seeds S accepted A; mutants M accepted B" (accepted: by either reader) and exits 0, or 1 at the first broken row.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../ckptfs/pickle/_cscan.h"
+
+typedef struct {
+    uint8_t *data;
+    int64_t len;
+} input;
+
+static uint64_t state = 0x9E3779B97F4A7C15u;
+
+static uint64_t next(void) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+
+static int64_t below(int64_t n) { return n > 0 ? (int64_t)(next() % (uint64_t)n) : 0; }
+
+static int fail(const char *what, int64_t row) {
+    fprintf(stderr, "cscan_fuzz: broken row: %s (row %lld)\n", what, (long long)row);
+    return 0;
+}
+
+static int inside(int64_t at, int64_t len, int64_t size) { return at >= 0 && len >= 0 && at + len <= size; }
+
+/* The rows of an accepted scan point inside the input and inside one another. */
+static int rows_hold(const cs_result *r, int64_t len) {
+    if (r->end < 1 || r->end > len) return fail("end", 0);
+    for (int64_t i = 0; i < r->storage_rows; i++) {
+        const int64_t *s = r->storages + i * 8;
+        if (!inside(s[0], s[1], len) || !inside(s[2], s[3], len) || !inside(s[4], s[5], len) || s[6] < 0)
+            return fail("storage", i);
+    }
+    for (int64_t i = 0; i < r->tensor_rows; i++) {
+        const int64_t *t = r->tensors + i * 8;
+        if (t[0] < 0 || t[0] >= r->storage_rows || t[1] < 0 || !inside(t[2], t[3], r->pool_len) ||
+            !inside(t[4], t[3], r->pool_len) || t[3] > 64 || (t[5] != 0 && t[5] != 1) || (t[6] != 0 && t[6] != 1) ||
+            t[7] < 0)
+            return fail("tensor", i);
+    }
+    for (int64_t i = 0; i < r->item_rows; i++) {
+        const int64_t *it = r->items + i * 3;
+        if (!inside(it[0], it[1], len) || it[2] < 0 || it[2] >= r->tensor_rows) return fail("item", i);
+    }
+    return 1;
+}
+
+static void mutate(uint8_t *buf, int64_t *len, int64_t cap, const input *seeds, int nseeds) {
+    int64_t n = *len;
+    switch (below(7)) {
+    case 0: /* a bit */
+        if (n) buf[below(n)] ^= (uint8_t)(1u << below(8));
+        break;
+    case 1: /* a byte */
+        if (n) buf[below(n)] = (uint8_t)next();
+        break;
+    case 2: /* an interesting byte: opcodes and lengths the scanner reads */
+        if (n) {
+            static const uint8_t bytes[] = {0, 1, 2, 0x7f, 0x80, 0xff, '(', ')', '}', 't', 'u', 's', 'b', 'R', 'Q',
+                                            'h', 'j', 'q', 'r', 'K', 'M', 'J', 'X', 'c', '.', 0x8a, 0x8c, 0x94};
+            buf[below(n)] = bytes[below(sizeof bytes)];
+        }
+        break;
+    case 3: /* cut the end */
+        *len = below(n + 1);
+        break;
+    case 4: /* delete a span */
+        if (n) {
+            int64_t at = below(n), span = 1 + below(n - at < 16 ? n - at : 16);
+            memmove(buf + at, buf + at + span, (size_t)(n - at - span));
+            *len = n - span;
+        }
+        break;
+    case 5: /* repeat a span (a record twice, a frame left open) */
+        if (n) {
+            int64_t at = below(n), span = 1 + below(n - at < 64 ? n - at : 64);
+            if (n + span <= cap) {
+                memmove(buf + at + span, buf + at, (size_t)(n - at));
+                *len = n + span;
+            }
+        }
+        break;
+    default: { /* a span of another seed over this one */
+        const input *other = &seeds[below(nseeds)];
+        if (n && other->len) {
+            int64_t from = below(other->len), span = 1 + below(other->len - from < 64 ? other->len - from : 64);
+            int64_t at = below(n);
+            if (at + span > n) span = n - at;
+            memcpy(buf + at, other->data + from, (size_t)span);
+        }
+    }
+    }
+}
+
+/* The directory reader on the input, with the entry count its signatures suggest (and one more): accepted rows
+ * must lie inside the input and below cd_offset. */
+static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
+    int64_t signatures = 0;
+    for (int64_t i = 0; i + 4 <= len; i++)
+        signatures += exact[i] == 'P' && exact[i + 1] == 'K' && exact[i + 2] == 1 && exact[i + 3] == 2;
+    for (int64_t count = signatures; count <= signatures + 1; count++) {
+        int64_t *rows = malloc((size_t)(count ? count : 1) * CS_DIRECTORY_FIELDS * sizeof(int64_t));
+        int64_t in_order = -1, cd_offset = INT64_C(1) << 40;
+        if (!rows) return 0;
+        int status = cs_directory(exact, len, count, cd_offset, rows, &in_order);
+        int ok = 1;
+        if (status == CS_DONE) {
+            *accepted = 1;
+            for (int64_t i = 0; ok && i < count; i++) {
+                const int64_t *r = rows + i * CS_DIRECTORY_FIELDS;
+                if (!inside(r[0], r[1], len) || r[4] < 0 || r[5] < 0 || r[6] < 0 || r[6] + 30 + r[4] > cd_offset)
+                    ok = fail("directory", i);
+            }
+            if (in_order != 0 && in_order != 1) ok = fail("directory order", 0);
+        } else if (status != CS_REFUSED) {
+            ok = fail("directory status", status);
+        }
+        free(rows);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t max_depth, int *accepted) {
+    uint8_t *exact = malloc(len ? (size_t)len : 1);
+    if (!exact) return 0;
+    memcpy(exact, src, (size_t)len);
+    cs_result r;
+    int status = cs_scan(exact, len, max_memo, max_depth, &r);
+    int ok = 1;
+    if (status == CS_DONE) {
+        *accepted = 1;
+        ok = rows_hold(&r, len);
+        cs_free(&r);
+    } else if (status != CS_REFUSED) {
+        ok = fail("status", status);
+    }
+    if (ok) ok = directory_once(exact, len, accepted);
+    free(exact);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: cscan_fuzz ITERATIONS SEED_FILE...\n");
+        return 2;
+    }
+    long long iterations = atoll(argv[1]);
+    int nseeds = argc - 2;
+    input *seeds = calloc((size_t)nseeds, sizeof *seeds);
+    int64_t longest = 0;
+    for (int i = 0; i < nseeds; i++) {
+        FILE *f = fopen(argv[i + 2], "rb");
+        if (!f || fseek(f, 0, SEEK_END) || (seeds[i].len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+            fprintf(stderr, "cscan_fuzz: cannot read %s\n", argv[i + 2]);
+            return 2;
+        }
+        seeds[i].data = malloc(seeds[i].len ? (size_t)seeds[i].len : 1);
+        if (fread(seeds[i].data, 1, (size_t)seeds[i].len, f) != (size_t)seeds[i].len) return 2;
+        fclose(f);
+        if (seeds[i].len > longest) longest = seeds[i].len;
+    }
+    long long seeds_accepted = 0, mutants_accepted = 0;
+    int *scanned = calloc((size_t)nseeds, sizeof *scanned); /* the seeds accepted unmutated: half the mutants' */
+    for (int i = 0; i < nseeds; i++) {
+        int accepted = 0;
+        if (!scan_once(seeds[i].data, seeds[i].len, 10000000, 10000000, &accepted)) return 1;
+        if (accepted) scanned[seeds_accepted++] = i;
+    }
+    int64_t cap = longest * 2 + 64;
+    uint8_t *buf = malloc((size_t)cap);
+    static const int64_t limits[] = {10000000, 10000000, 16, 17, 20, 24, 40, 100};
+    for (long long k = 0; k < iterations; k++) {
+        const input *seed = &seeds[seeds_accepted && below(2) ? scanned[below(seeds_accepted)] : below(nseeds)];
+        int64_t len = seed->len;
+        memcpy(buf, seed->data, (size_t)len);
+        for (int64_t m = 1 + below(4); m > 0; m--) mutate(buf, &len, cap, seeds, nseeds);
+        int accepted = 0;
+        int64_t max_memo = limits[below(8)], max_depth = limits[below(8)];
+        if (!scan_once(buf, len, max_memo, max_depth, &accepted)) {
+            fprintf(stderr, "cscan_fuzz: at iteration %lld\n", k);
+            return 1;
+        }
+        mutants_accepted += accepted;
+    }
+    printf("seeds %d accepted %lld; mutants %lld accepted %lld\n", nseeds, seeds_accepted, iterations,
+           mutants_accepted);
+    free(buf);
+    for (int i = 0; i < nseeds; i++) free(seeds[i].data);
+    free(seeds);
+    free(scanned);
+    return 0;
+}
