@@ -259,9 +259,10 @@ class ReadAhead:
         return None
 
     def _grown(self, window: int) -> int:
-        """A stream's next window: doubled up to MAX_WINDOW; over slow connections (``max_window`` larger) at once
-        ``max_window`` from the second: each doubling would cost a GET's time, 0.2 s for 8 MiB at 40 MB/s."""
-        if self.max_window > MAX_WINDOW and window >= FIRST_WINDOW:
+        """A stream's next window: doubled up to MAX_WINDOW; over slow connections (``max_window`` larger) then at
+        once ``max_window``, each further doubling costing a GET's time (0.2 s for 8 MiB at 40 MB/s). Not sooner:
+        reads of a few MiB (a zarr chunk's rows, a Dask block) stay within the doubling windows whatever the rate."""
+        if self.max_window > MAX_WINDOW and window >= MAX_WINDOW:
             return self.max_window
         return min(self.max_window, window * 2)
 
