@@ -13,6 +13,7 @@ Missing programs fail the tests under CI=true and skip them elsewhere.
 from __future__ import annotations
 
 import http.client
+import itertools
 import http.server
 import json
 import os
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import pytest
 
@@ -76,9 +77,10 @@ def stop(process: subprocess.Popen) -> None:
 
 
 class Nginx:
-    def __init__(self, base: Path, upstream: str | None = None) -> None:
+    def __init__(self, base: Path, upstream: str | None = None, limit_rate: str | None = None) -> None:
         """Serves ``base/www``, or with ``upstream`` (a URL) is a proxy in front of it, logging each request alike
-        (the Host header passed on, so that S3 signatures made for the proxy's address check)."""
+        (the Host header passed on, so that S3 signatures made for the proxy's address check). ``limit_rate``
+        (nginx's, ``40m``: bytes a second) caps each answer, as object stores cap each connection."""
         self.root = base / "www"
         self.root.mkdir()
         self.log = base / "access.log"
@@ -103,6 +105,7 @@ http {{
     sendfile on;
     tcp_nodelay on;
     keepalive_requests 100000;
+    {f"limit_rate {limit_rate};" if limit_rate else ""}
     client_body_temp_path {base}/tmp;
     proxy_temp_path {base}/tmp;
     fastcgi_temp_path {base}/tmp;
@@ -177,7 +180,9 @@ def nginx_server(base: Path, upstream: str | None = None) -> Iterator[Nginx]:
 class FaultProxy:
     """Forwards GETs to ``upstream``; ``faults`` (consumed one a request) says what to do instead:
     ``503``, ``reset`` (close without an answer), ``short`` (half the body, then close), ``ignore-range``
-    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first), ``redirect`` (a 302 to nginx itself)."""
+    (a 200 with the whole object), ``slow`` (wait ``slow_seconds`` first), ``redirect`` (a 302 to nginx itself),
+    ``other-etag`` (the bytes asked, If-Match not passed on, under another ETag: another version, from a server
+    that ignores If-Match). ``most_active``: the most GETs it answered at once."""
 
     def __init__(self, upstream_port: int) -> None:
         self.faults: list[str] = []
@@ -185,6 +190,8 @@ class FaultProxy:
         """(range, fault) of every request."""
         self.ignored_range_bytes_sent = 0
         self.slow_seconds = 2.0
+        self.active = self.most_active = 0
+        lock = threading.Lock()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -194,8 +201,18 @@ class FaultProxy:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                fault = proxy.faults.pop(0) if proxy.faults else ""
-                proxy.seen.append((self.headers.get("Range", ""), fault))
+                with lock:
+                    fault = proxy.faults.pop(0) if proxy.faults else ""
+                    proxy.seen.append((self.headers.get("Range", ""), fault))
+                    proxy.active += 1
+                    proxy.most_active = max(proxy.most_active, proxy.active)
+                try:
+                    self.answer(fault)
+                finally:
+                    with lock:
+                        proxy.active -= 1
+
+            def answer(self, fault: str) -> None:
                 if fault == "503":
                     body = b"<Error><Code>SlowDown</Code></Error>"
                     self.send_response(503)
@@ -218,6 +235,8 @@ class FaultProxy:
                 headers = {k: v for k, v in self.headers.items() if k in ("Range", "If-Match")}
                 if fault == "ignore-range":
                     headers.pop("Range", None)
+                if fault == "other-etag":
+                    headers.pop("If-Match", None)
                 upstream = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=30)
                 upstream.request("GET", self.path, headers=headers)
                 answer = upstream.getresponse()
@@ -226,7 +245,9 @@ class FaultProxy:
                 self.send_response(answer.status)
                 for name in ("Content-Range", "ETag", "Last-Modified", "Content-Length"):
                     if answer.getheader(name) is not None:
-                        self.send_header(name, answer.getheader(name))
+                        value = answer.getheader(name)
+                        self.send_header(name, '"another-version"' if fault == "other-etag" and name == "ETag"
+                                         else value)
                 self.end_headers()
                 if fault == "short":
                     self.wfile.write(body[: len(body) // 2])
@@ -436,3 +457,11 @@ def radosgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Radosgw]:
         yield server
     finally:
         server.close()
+
+
+def timed_gets(source: Any, seconds: float) -> None:
+    """From now on every GET of the remote ``source`` takes ``seconds`` to its rate measure (``PartPool``): a
+    made-up connection rate, the ones measured so far forgotten."""
+    clock = itertools.count(0.0, seconds)
+    source._parts.clock = lambda: next(clock)  # noqa: SLF001
+    source._parts._samples.clear()  # noqa: SLF001

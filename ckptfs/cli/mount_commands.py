@@ -97,7 +97,7 @@ def add_mount_commands(sub: Any) -> None:
                           "state_dict (a pickled nn.Module as its state_dict(), as ls --state-dict), "
                           "zarr_chunk=SIZE (/.zarr's chunks: whole rows of at most SIZE bytes, default 4MiB; 0: one "
                           "chunk an array), "
-                          "cache_dir=DIR (--cache-dir), nocache (--no-cache); "
+                          "cache_dir=DIR (--cache-dir), nocache (--no-cache), max_connections=N (--max-connections); "
                           "mount flags (noexec, noatime ...) pass on; mount(8)'s own (defaults, noauto, nofail, "
                           "_netdev, x-* ...) are ignored; rw: a torch.save zip's tensors' files take writes into "
                           "it, in place (ro, the default, undoes it)")

@@ -1,5 +1,5 @@
 """The options of commands that open a checkpoint by URL: --endpoint-url, --anonymous, --region,
---storage-option, --cache-size, --disk-cache-size (with the cache options' --cache-dir and --no-cache)."""
+--storage-option, --cache-size, --max-connections, --disk-cache-size (with the cache options' --cache-dir and --no-cache)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from ckptfs.sources import RemoteOptions
 from ckptfs.sources.remote.options import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_DISK_CACHE_SIZE,
+    DEFAULT_MAX_CONNECTIONS,
+    MAX_CONNECTIONS,
     MIN_CACHE_SIZE,
     DiskCacheSetting,
     parse_storage_option,
@@ -32,6 +34,9 @@ def add_remote_options(parser: argparse.ArgumentParser) -> None:
                             "takes tail_size, retries, timeout; fsspec URLs take their backend's options")
     group.add_argument("--cache-size", type=_cache_size, default=DEFAULT_CACHE_SIZE, metavar="SIZE",
                        help="memory for fetched ranges (default 256MiB, at least 32MiB)")
+    group.add_argument("--max-connections", type=_max_connections, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                       help="GETs of one object in flight at once: a sequential read keeps as many parts of 8MiB "
+                            "in flight as one connection's measured rate needs, up to N (default 16)")
     group.add_argument("--disk-cache-size", type=_disk_cache_size, metavar="SIZE",
                        help="cache remote blocks on disk, in the cache folder's blocks/, up to SIZE for all objects "
                             "(default 8GiB); remote blocks are cached on disk only when this or --cache-dir is given")
@@ -40,7 +45,7 @@ def add_remote_options(parser: argparse.ArgumentParser) -> None:
 def remote_options(args: argparse.Namespace) -> RemoteOptions:
     return RemoteOptions(endpoint_url=args.endpoint_url, anonymous=args.anonymous, region=args.region,
                          storage_options=dict(args.storage_options), cache_size=args.cache_size,
-                         disk_cache=_disk_cache(args))
+                         max_connections=args.max_connections, disk_cache=_disk_cache(args))
 
 
 def _disk_cache(args: argparse.Namespace) -> DiskCacheSetting | None:
@@ -67,6 +72,12 @@ def _disk_cache_size(text: str) -> int:
     if size < 1 << 20:
         raise argparse.ArgumentTypeError("at least 1MiB")
     return size
+
+
+def _max_connections(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_CONNECTIONS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_CONNECTIONS}")
+    return int(text)
 
 
 def _cache_size(text: str) -> int:

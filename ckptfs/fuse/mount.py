@@ -62,6 +62,8 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
     """
     target = absolute_mountpoint(mountpoint)
     check_mountpoint(target)
+    if options.max_connections is not None:
+        remote = remote._replace(max_connections=options.max_connections)
     check_options(options)
     log_fd = daemon_log.open_log_file(options.log_file)
     daemon_log.log_to_stderr(options.debug)

@@ -4,7 +4,8 @@
 (``allow_other``, ``allow_root``,
 ``auto_unmount``, ``fsname=``), the owner and modes of every file (``uid=``,
 ``gid=``, ``umask=``, applied by ckptfs), the views shown (``views=json,npy``, ``noviews``: see
-``fs.views.VIEW_NAMES``), ``/.zarr``'s chunk bytes (``zarr_chunk=4MiB``), the kernel's mount flags
+``fs.views.VIEW_NAMES``), ``/.zarr``'s chunk bytes (``zarr_chunk=4MiB``), a remote object's
+connections (``max_connections=16``), the kernel's mount flags
 (``noexec``, ``noatime`` …, passed on), and the options mount(8) and systemd
 keep for themselves (``defaults``, ``noauto``, ``nofail``, ``x-systemd.*`` …),
 which say when and by whom to mount and are ignored here. libfuse 3 refuses any
@@ -23,6 +24,7 @@ from ckptfs.errors import MountError
 from ckptfs.fs.views import VIEW_NAMES, UnknownViewError, view_names
 from ckptfs.fs.zarr import ZARR_CHUNK
 from ckptfs.limits import parse_quantity
+from ckptfs.sources.remote.options import MAX_CONNECTIONS
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class MountOptions:
     """``-o rw``: writable tensors' files take writes into the checkpoint, in place (``fuse.writable``)."""
     zarr_chunk: int = ZARR_CHUNK
     """``-o zarr_chunk=SIZE``: bytes of a ``/.zarr`` array's chunk (whole rows; 0: one chunk an array)."""
+    max_connections: int | None = None
+    """``-o max_connections=N``: a remote object's GETs in flight at once (``--max-connections``); None: the
+    command's."""
 
 
 FUSE_FLAGS = ("allow_other", "allow_root", "auto_unmount", "debug")
@@ -108,7 +113,8 @@ def with_options(options: MountOptions, lists: Iterable[str], *, rw_as_ro: bool 
                 changes["rw"] = not rw_as_ro
             elif option == "ro":
                 changes["rw"] = False
-            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir", "zarr_chunk"):
+            elif has_value and name in ("uid", "gid", "umask", "fsname", "log_file", "cache_dir", "zarr_chunk",
+                                               "max_connections"):
                 changes[name] = _value(name, value)
             elif after_views and not has_value and not sloppy:
                 # views=json,foo: a misspelt view, refused below as views=zzz is.
@@ -144,6 +150,10 @@ def _value(name: str, text: str) -> int | str:
         if not 0 <= umask <= 0o777:
             raise MountError("expected an octal mode from 000 to 777", where)
         return umask
+    if name == "max_connections":
+        if not text.isdigit() or not 1 <= int(text) <= MAX_CONNECTIONS:
+            raise MountError(f"expected a whole number from 1 to {MAX_CONNECTIONS}", where)
+        return int(text)
     if name == "zarr_chunk":
         try:
             return parse_quantity(text)

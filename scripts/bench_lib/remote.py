@@ -3,11 +3,12 @@ the same bytes, over nginx (a path-style S3 stand-in) and Ceph's radosgw on 127.
 
 For each server: ``ckptfs mount`` of the 1 GiB and the 20,000-tensor checkpoints (requests, seconds); the first
 sequential read (``cat``) of the 1 GiB tensor through a fresh mount against one ranged GET of the same bytes by
-boto3, obstore's ``get_range`` and s3torchconnector's sequential and range-based readers (``force_path_style``);
+boto3, obstore's ``get_range`` and 16 parallel 8 MiB parts, and s3torchconnector's sequential and range-based readers (``force_path_style``);
 ckptfs's remote reader alone in process (``remote_reader.py``: what the reader does without FUSE);
 ``np.memmap(...).sum()`` through a fresh mount; random 4 KiB ``pread``s through a mount against bare keep-alive
 ranged GETs (``http.client``). Once a run, the same ``cat`` through a mount of the local file: the FUSE path's
-own limit, which bounds a remote mount's. Ratios against issue 13's targets. The clients are bench-only:
+own limit, which bounds a remote mount's. ``dd bs=1M`` through a fresh mount too (issue 25's row). Ratios against
+issue 13's targets. Then the same over nginx capping each connection at 40 MB/s (``remote_capped.py``). The clients are bench-only:
 ``scripts/bench`` installs them when the section is asked for.
 """
 from __future__ import annotations
@@ -24,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
-from remote_stores import BUCKET, NginxStore, RadosgwStore, missing_radosgw
+from remote_stores import BUCKET, CappedNginxStore, NginxStore, RadosgwStore, missing_radosgw
 
 if TYPE_CHECKING:
     from harness import Bench
 
 MiB = 1 << 20
 RANDOM_READS = 300
-CLIENTS = ("boto3", "obstore", "s3tc_sequential", "s3tc_range")
+CLIENTS = ("boto3", "obstore", "obstore_parallel", "s3tc_sequential", "s3tc_range")
 Store = Union[NginxStore, RadosgwStore]
 
 
@@ -79,6 +80,9 @@ def client_readers(store: Store, key: str) -> dict[str, Callable[[int, int], int
                           client_options={"allow_http": True}, **signing)
         readers["obstore"] = lambda offset, length: len(obstore.get_range(s3store, key, start=offset,
                                                                           end=offset + length))
+        from remote_capped import parallel_reader
+
+        readers["obstore_parallel"] = parallel_reader(s3store, key)
     if "s3tc_sequential" in present:
         from s3torchconnector import S3ReaderConstructor
         from s3torchconnector._s3client import S3Client, S3ClientConfig
@@ -132,7 +136,7 @@ class RemoteBench:
 
     def run(self) -> str:
         bench = self.bench
-        stores: list[Callable[[Path], Store]] = [NginxStore]
+        stores: list[Callable[[Path], Store]] = [NginxStore, CappedNginxStore]
         if missing_radosgw():
             bench_log(f"radosgw is not measured: {', '.join(missing_radosgw())} missing "
                       "(apt-get install radosgw ceph-mon ceph-osd ceph-common)")
@@ -144,6 +148,12 @@ class RemoteBench:
             store = make(bench.workdir / f"remote-{make.name}")
             try:
                 store.publish(bench.big, "big.pt")
+                if isinstance(store, CappedNginxStore):
+                    import remote_capped
+
+                    remote_capped.measure(self, store)
+                    tables.append(remote_capped.table(self, store.name))
+                    continue
                 store.publish(bench.many, "many.pt")
                 self.measure(store)
             finally:
@@ -176,6 +186,12 @@ class RemoteBench:
             subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
             self.add(f"{tag}:seq_ckptfs", gb / (time.perf_counter() - started), "GB/s")
             bench.mounts.stop(m)
+            m, _ = self.mount(store, "big.pt", "remote-dd")
+            started = time.perf_counter()
+            subprocess.run(["dd", f"if={tensor_file(m.mnt, length)}", "of=/dev/null", "bs=1M"], check=True,
+                           capture_output=True)
+            self.add(f"{tag}:seq_dd", gb / (time.perf_counter() - started), "GB/s")
+            bench.mounts.stop(m)
             self.add(f"{tag}:seq_reader", self.reader_alone(store), "GB/s")
             for name, read in readers.items():
                 started = time.perf_counter()
@@ -205,6 +221,15 @@ class RemoteBench:
     def local_cat(self) -> float:
         """GB/s of ``cat`` of the big tensor through a fresh ckptfs mount of the local file (in page cache): the
         FUSE path's limit, measured beside the remote figures."""
+        def cat(path: str) -> float:
+            started = time.perf_counter()
+            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+            return time.perf_counter() - started
+        return self.local_read(cat)
+
+    def local_read(self, read: Callable[[str], float]) -> float:
+        """GB/s of ``read(path)`` (its seconds) of the big tensor's file in a fresh ckptfs mount of the local file,
+        the source in the page cache."""
         bench = self.bench
         assert bench.mounts is not None
         mnt = str(bench.workdir / "mnt" / "remote-local")
@@ -213,9 +238,7 @@ class RemoteBench:
         try:
             path = tensor_file(m.mnt, bench.big_len)
             subprocess.run(["cat", str(bench.big)], stdout=subprocess.DEVNULL, check=True)  # the source in cache
-            started = time.perf_counter()
-            subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
-            return bench.big_len / 1e9 / (time.perf_counter() - started)
+            return bench.big_len / 1e9 / read(path)
         finally:
             bench.mounts.stop(m)
 
@@ -259,9 +282,11 @@ class RemoteBench:
             "mount_big_requests": f"mount {big} checkpoint: GETs", "mount_big_s": f"mount {big} checkpoint",
             "mount_many_requests": f"mount {many} checkpoint: GETs", "mount_many_s": f"mount {many} checkpoint",
             "seq_ckptfs": "first read of the tensor: cat through the mount",
+            "seq_dd": "  dd bs=1M through the mount",
             "seq_reader": "  ckptfs's remote reader alone, in process (1 MiB reads)",
             "seq_local_fuse": "  cat through a mount of the local file (the FUSE path's limit)",
             "seq_boto3": "  boto3, one ranged GET", "seq_obstore": "  obstore get_range",
+            "seq_obstore_parallel": "  obstore, 16 parallel 8 MiB parts",
             "seq_s3tc_sequential": "  s3torchconnector sequential reader",
             "seq_s3tc_range": "  s3torchconnector range-based reader",
             "memmap_ckptfs": "np.memmap(...).sum() through the mount",
@@ -289,7 +314,10 @@ class RemoteBench:
                            f"{med('mount_many_requests'):.0f}", "<= 2",
                            max(med("mount_big_requests"), med("mount_many_requests")) <= 2))
         checks += [
-            ("sequential / best single-stream client", ratio(seq, best), ">= 0.8x", best and seq / best >= 0.8),
+            ("sequential / best client (obstore single or parallel too)", ratio(seq, best), ">= 0.8x",
+             best and seq / best >= 0.8),
+            ("  dd bs=1M / best client (issue 25)", ratio(med("seq_dd"), best), ">= 0.8x",
+             best and med("seq_dd") / best >= 0.8),
             ("  limit: local-file cat through FUSE / best client", ratio(limit, best), "(bound)",
              best and limit / best >= 0.8),
             ("  sequential / that limit", ratio(seq, limit), "", None),

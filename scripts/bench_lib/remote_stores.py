@@ -2,6 +2,8 @@
 each wrapped with what the section needs (publish a file as ``bkt/KEY``, count GETs, mount arguments, credentials).
 
 * ``nginx``: a path-style, read-only S3 stand-in (it ignores signatures); its access log counts requests.
+* ``nginx-capped``: the same, each answer capped at 40 MB/s (``limit_rate 40m``), as object stores cap each
+  connection (S3: ~50-100 MB/s).
 * ``radosgw``: Ceph's production S3 gateway on a one-node in-memory cluster, checking SigV4 signatures; it has no
   access log here, so its request counts are not shown (they are ckptfs's, the same as against nginx).
 """
@@ -25,10 +27,11 @@ RADOSGW_MEMORY = 3 << 30
 
 class NginxStore:
     name = "nginx"
+    limit_rate: str | None = None
 
     def __init__(self, base: Path) -> None:
         fresh(base)
-        self.server = Nginx(base)
+        self.server = Nginx(base, limit_rate=self.limit_rate)
         (self.server.root / BUCKET).mkdir()
         self.url = self.server.url
         self.mount_args = ["--endpoint-url", self.url, "--anonymous"]
@@ -61,6 +64,11 @@ class NginxStore:
 
     def close(self) -> None:
         stop(self.server.process)
+
+
+class CappedNginxStore(NginxStore):
+    name = "nginx-capped"
+    limit_rate = "40m"
 
 
 class RadosgwStore:

@@ -104,7 +104,9 @@ def test_dask_arrays_of_a_tensor_and_of_its_zarr_view(client: Any, moto_s3: Moto
     assert np.array_equal(array.compute(), big)
     assert abs(float(array.sum().compute()) - float(big.sum(dtype=np.float64))) < 1e-2
     fetched = sum(r.sent for r in moto_proxy.since(mark, at_least=1))
-    assert 16 * MiB <= fetched <= 1.25 * 2 * 16 * MiB  # computed twice: each block's rows once a time
+    # Computed twice, by 2 workers: each fetches its blocks' rows, and its read-ahead stops at the tensor's end (how
+    # far ahead it reads follows the connection's measured rate, so a loaded machine's workers read further).
+    assert 16 * MiB <= fetched <= 2 * 2 * 16 * MiB
     assert np.array_equal(ckptfs.dask.from_checkpoint(fs, "small.3").compute(), tensors["small.3"].numpy())
 
     fresh = filesystem(moto_s3, moto_proxy, "arrays.pt", zarr_chunk="1MiB")

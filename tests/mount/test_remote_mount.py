@@ -14,6 +14,8 @@ import pytest
 import torch
 from remote_servers import FaultProxy, MotoS3, Nginx, fault_proxy, moto_s3, nginx  # noqa: F401  (fixtures)
 
+from ckptfs.errors import MountError
+from ckptfs.fuse.mount_options import MountOptions, with_options
 from mount.helpers import Mounter, daemon_pids
 
 MiB = 1 << 20
@@ -58,6 +60,24 @@ def test_an_s3_mount(moto_s3: MotoS3, mounter: Mounter, monkeypatch: pytest.Monk
     mnt = mounter("s3://mounts/ckpt/model.pt", "--endpoint-url", moto_s3.url)  # type: ignore[arg-type]
     assert_same_as_torch(mnt, tensors)
     assert json.loads((mnt / ".ckptfs" / "index.json").read_text())["source"] == "s3://mounts/ckpt/model.pt"
+
+
+def test_max_connections_bounds_the_gets_at_once(nginx: Nginx, fault_proxy: FaultProxy,  # noqa: F811
+                                                 mounter: Mounter) -> None:
+    tensors = state_dict()
+    torch.save(tensors, nginx.root / "bounded.pt")
+    mnt = mounter(f"{fault_proxy.url}/bounded.pt", "-o", "max_connections=1")  # type: ignore[arg-type]
+    fault_proxy.most_active = 0
+    assert_same_as_torch(mnt, tensors)
+    assert 1 <= fault_proxy.most_active <= 2  # its one connection for parts and read-ahead, and the FUSE loop's
+
+
+def test_max_connections_option() -> None:
+    assert MountOptions().max_connections is None
+    assert with_options(MountOptions(), ["ro,max_connections=4"]).max_connections == 4
+    for bad in ("0", "257", "many"):
+        with pytest.raises(MountError, match=rf"^-o max_connections={bad}: expected a whole number from 1 to 256$"):
+            with_options(MountOptions(), [f"max_connections={bad}"])
 
 
 def test_permanent_errors_are_eio_and_the_daemon_stays_up(nginx: Nginx, fault_proxy: FaultProxy,  # noqa: F811

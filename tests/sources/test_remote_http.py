@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from remote_servers import Nginx
+from remote_servers import Nginx, timed_gets
 
 import ckptfs
 from ckptfs.errors import ObjectChangedError, SourceError
@@ -65,6 +65,7 @@ def test_requests_to_open_do_not_grow_with_the_data(nginx: Nginx) -> None:
 def test_a_tensor_read_alone_fetches_its_bytes_and_at_most_16_MiB_more(nginx: Nginx) -> None:
     tensors = checkpoint(nginx, "data-64MiB.pt", 1 << 24)
     with ckptfs.open(f"{nginx.url}/data-64MiB.pt") as ck:
+        timed_gets(ck.source, 0.0001)  # a fast connection (a slow one's window: test_remote_parts)
         big = ck.tensor(("big",))
         mark = nginx.mark()
         step = 128 << 10

@@ -110,7 +110,7 @@ def _open_object(url: str, options: RemoteOptions) -> ByteSource:
         endpoint = S3Endpoint(url, s3_settings(options, name))
     pinned = None if options.pinned is None else ObjectVersion(*options.pinned)
     return RemoteSource(RangedGetter(endpoint, retry, timeout), options.cache_size, tail_size, options.disk_cache,
-                        pinned)
+                        pinned, options.max_connections)
 
 
 def _s3_lister(url: str, options: RemoteOptions, name: str) -> Lister:

@@ -18,13 +18,17 @@ BLOCK = 64 * KiB
 FIRST_WINDOW = 256 * KiB
 """Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
 MAX_WINDOW = 16 * MiB
-"""The largest read-ahead: reading one tensor alone fetches at most its bytes and this much more."""
+"""The largest read-ahead over fast connections: reading one tensor alone fetches at most its bytes and the
+window more (``ReadAhead.max_window``: larger when each connection is slow, ``parts.PartPool.parts``)."""
 STREAM_SLACK = 2 * MiB
 """A miss this far before or after where a stream's last fetch ended continues the stream: the kernel's
 read-ahead sends requests of up to 1 MiB that may come out of order (the second MiB asked before the first)."""
 PREFETCH_STEP = 4 * MiB
 """A stream at its largest window keeps MAX_WINDOW fetched or in flight ahead of its reader, topped up in parts of
 at least this much as the reader advances: several GETs at once, each on its own connection."""
+PART = 8 * MiB
+"""A GET's largest part, and a window larger than MAX_WINDOW's top-up step: object stores serve ~50-100 MB/s a
+connection, 20-50 ms to the first byte, so a part of 8 MiB spends ~5% of its time waiting for it."""
 MAX_STREAMS = 16
 
 
@@ -73,6 +77,7 @@ class ExtentCache:
         when evicted."""
         self._recent: OrderedDict[int, None] = OrderedDict()
         """Unpinned extents, least recently used first."""
+        self._done: OrderedDict[int, None] = OrderedDict()
         self._bytes = 0
 
     def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -102,8 +107,7 @@ class ExtentCache:
         data = self._data[extent_start]
         if end > extent_start + len(data):
             return None
-        if extent_start in self._recent:
-            self._recent.move_to_end(extent_start)
+        self._touch(extent_start, end == extent_start + len(data))
         return bytes(memoryview(data)[start - extent_start : end - extent_start])
 
     def copy_into(self, start: int, view: memoryview) -> None:
@@ -116,14 +120,37 @@ class ExtentCache:
             first, last = max(start, extent_start), min(end, extent_start + len(data))
             if first < last:
                 view[first - start : last - start] = memoryview(data)[first - extent_start : last - extent_start]
-                if extent_start in self._recent:
-                    self._recent.move_to_end(extent_start)
+                self._touch(extent_start, last == extent_start + len(data))
             index += 1
 
-    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False) -> None:
+    def _touch(self, start: int, to_its_end: bool) -> None:
+        """A read of the extent at ``start``: the most recently used; read to its end (a stream has gone past it),
+        among those evicted first, before the read-ahead not read yet (``_done``, least recently read first)."""
+        if start in self._recent:
+            self._recent.move_to_end(start)
+            if to_its_end:
+                self._done[start] = None
+                self._done.move_to_end(start)
+            else:
+                self._done.pop(start, None)
+
+    def reserve(self, size: int) -> None:
+        """Counts a fetch of ``size`` bytes under way in the cache's bytes (least recently used extents evicted to
+        make room), until it is ``put`` (``reserved``) or ``release``d."""
+        self._bytes += size
+        self._evict_over()
+
+    def release(self, size: int) -> None:
+        self._bytes -= size
+
+    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False,
+            reserved: bool = False, read: bool = False) -> None:
         """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
         recently used extents that no longer fit. A memoryview is a pooled buffer's (``BufferPool.take``): the
-        cache owns it from now on."""
+        cache owns it from now on. ``reserved``: its bytes were counted by ``reserve``; ``read``: a read took them
+        to their end (``_touch``)."""
+        if reserved:
+            self._bytes -= len(data)
         gaps = self.gaps(start, start + len(data))
         whole = gaps == [(start, start + len(data))]
         for first, last in gaps:
@@ -133,13 +160,19 @@ class ExtentCache:
             if not pinned:
                 self._recent[first] = None
                 self._bytes += len(part)
+                if read:
+                    self._done[first] = None
         if isinstance(data, memoryview) and not whole and self.pool is not None:
             self.pool.give(data)  # the parts not held yet were copied
+        self._evict_over()
+
+    def _evict_over(self) -> None:
         while self._bytes > self.capacity and self._recent:
-            self._evict(next(iter(self._recent)))
+            self._evict(next(iter(self._done or self._recent)))
 
     def _evict(self, start: int) -> None:
         del self._recent[start]
+        self._done.pop(start, None)
         data = self._data.pop(start)
         self._bytes -= len(data)
         del self._starts[bisect.bisect_left(self._starts, start)]
@@ -150,7 +183,9 @@ class ExtentCache:
 class ReadAhead:
     """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
     past the middle of its last window asks for the next one ahead of time (``prefetch``); at MAX_WINDOW, a hit
-    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again.
+    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again. The largest
+    window is ``max_window``: MAX_WINDOW, or as many PARTs as a stream keeps in flight over slow connections,
+    topped up a PART at a time.
 
     Tensor-aware when told where the object's storages lie (``set_extents``): a stream's read-ahead stops at the
     end of the storage it reads (a block past it at most) until the stream goes on into another storage; from
@@ -159,6 +194,7 @@ class ReadAhead:
 
     def __init__(self, block: int = BLOCK) -> None:
         self.block = block
+        self.max_window = MAX_WINDOW
         self._streams: OrderedDict[int, _Stream] = OrderedDict()
         """Where each stream's last fetch ended -> the stream, least recently used first."""
         self._starts: list[int] = []
@@ -182,17 +218,17 @@ class ReadAhead:
         for stream_end, known in self._streams.items():
             if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
                 del self._streams[stream_end]
-                stream = _Stream(min(MAX_WINDOW, max(FIRST_WINDOW, known.window * 2)), owner,
+                stream = _Stream(max(FIRST_WINDOW, self._grown(known.window)), owner,
                                  known.spans or owner != known.owner)
                 ahead_of = max(end, stream_end)  # a miss behind the stream's end (out of order) extends it too
                 break
-        fetch_end = self._round(min(ahead_of + stream.window, end + MAX_WINDOW), size)
+        fetch_end = self.round(min(ahead_of + stream.window, end + self.max_window), size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
             if end <= first:  # before the storage: its header; its first window comes along
                 stream = stream._replace(window=max(stream.window, FIRST_WINDOW))
-                fetch_end = max(fetch_end, self._round(min(self._ends[owner], first + FIRST_WINDOW), size))
-            fetch_end = min(fetch_end, max(self._round(end, size), self._round(self._ends[owner], size)))
+                fetch_end = max(fetch_end, self.round(min(self._ends[owner], first + FIRST_WINDOW), size))
+            fetch_end = min(fetch_end, max(self.round(end, size), self.round(self._ends[owner], size)))
         self._streams[fetch_end] = stream
         self._streams.move_to_end(fetch_end)
         while len(self._streams) > MAX_STREAMS:
@@ -202,25 +238,39 @@ class ReadAhead:
     def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
         """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
         sequential stream whose last window ``end`` is past the middle of (or, at MAX_WINDOW, PREFETCH_STEP
-        into), never more than MAX_WINDOW past ``end`` nor past its storage's end unless it spans storages; None
+        into), never more than ``max_window`` past ``end`` nor past its storage's end unless it spans storages; None
         if there is none."""
         for stream_end, stream in self._streams.items():
             window = stream.window
             if window and stream_end - window <= end <= stream_end and \
-                    stream_end - end <= window - min(window // 2, PREFETCH_STEP):
+                    stream_end - end <= window - min(window // 2, self._step(window)):
                 limit = size
                 if not stream.spans and stream.owner < len(self._ends):
-                    limit = self._round(self._ends[stream.owner], size)
+                    limit = self.round(self._ends[stream.owner], size)
                 if stream_end >= limit:
                     return None
                 del self._streams[stream_end]
-                window = min(MAX_WINDOW, window * 2)
-                fetch_end = min(limit, stream_end + window, self._round(end + MAX_WINDOW, size))
+                window = self._grown(window)
+                fetch_end = min(limit, stream_end + window, self.round(end + self.max_window, size))
+                if window > MAX_WINDOW and fetch_end < limit:  # whole parts: each its own GET
+                    fetch_end = stream_end + (fetch_end - stream_end) // PART * PART
                 self._streams[fetch_end] = stream._replace(window=window)
                 return (stream_end, fetch_end) if fetch_end > stream_end else None
         return None
 
-    def _round(self, position: int, size: int) -> int:
+    def _grown(self, window: int) -> int:
+        """A stream's next window: doubled up to MAX_WINDOW; over slow connections (``max_window`` larger) then at
+        once ``max_window``, each further doubling costing a GET's time (0.2 s for 8 MiB at 40 MB/s). Not sooner:
+        reads of a few MiB (a zarr chunk's rows, a Dask block) stay within the doubling windows whatever the rate."""
+        if self.max_window > MAX_WINDOW and window >= MAX_WINDOW:
+            return self.max_window
+        return min(self.max_window, window * 2)
+
+    @staticmethod
+    def _step(window: int) -> int:
+        return PREFETCH_STEP if window <= MAX_WINDOW else PART
+
+    def round(self, position: int, size: int) -> int:
         """``position`` rounded up to a block boundary, within the object."""
         return min(size, -(-position // self.block) * self.block)
 

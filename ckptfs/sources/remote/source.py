@@ -2,47 +2,52 @@
 
 Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end records and central directory
 are read from them without another request. A read the cache misses fetches from its first missing block to
-where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts, and a read larger
-than a quarter of the cache goes straight into its result, uncached. A sequential stream's next window is
-fetched in the background while the reader consumes the current one, and at full size its lead is topped up
-in parts by several GETs at once (``cache.PREFETCH_STEP``); a read needing bytes of a background fetch waits for
-it rather than fetching them twice. Fetches go into buffers reused once evicted (``cache.BufferPool``). Told
-where the checkpoint's storages lie (``set_extents``), read-ahead stops at a storage's end until the reader goes
-on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``), fetches are whole 1 MiB blocks, read
-from disk when a checked copy is there.
+where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts of at most
+``cache.PART``, and a read larger than a quarter of the cache goes straight into its result, uncached. A
+sequential stream's next window is fetched in the background while the reader consumes the current one, in
+parts on their own connections (``parts.PartPool``, at most ``max_connections``); over slow connections its
+window grows to as many parts as their measured rate needs (``PartPool.parts``) and half as many again, at most
+three quarters of the cache (``_window``), fetches under way counted in it. A read needing
+bytes of a background fetch waits for it rather than fetching them twice. Fetches go into buffers reused once
+evicted (``cache.BufferPool``). Told where the checkpoint's storages lie (``set_extents``), read-ahead stops at a
+storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``),
+fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+from concurrent.futures import Future
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
-from ckptfs.sources.remote.cache import BLOCK, BufferPool, ExtentCache, ReadAhead
+from ckptfs.sources.remote.cache import BLOCK, MAX_WINDOW, PART, BufferPool, ExtentCache, ReadAhead
 from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
+from ckptfs.sources.remote.options import DEFAULT_MAX_CONNECTIONS
+from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import ObjectVersion, RangedGetter
 
 MiB = 1 << 20
-PART = 8 * MiB
-"""Fetches larger than this are split in parts fetched at once (object stores serve ~100 MB/s a stream)."""
-PARALLEL = 8
 POOL_SIZE = 64 * MiB
 """Free fetch buffers kept for reuse (``cache.BufferPool``)."""
-AHEAD_THREADS = 4
-"""Read-ahead fetches in flight at once: a stream's MAX_WINDOW lead is topped up in PREFETCH_STEP parts."""
 log = logging.getLogger("ckptfs.sources.remote")
 
 
 class RemoteSource:
     def __init__(self, getter: RangedGetter, cache_size: int, tail_size: int,
-                 disk_cache: DiskCacheSetting | None = None, pinned: ObjectVersion | None = None) -> None:
-        """``pinned``: the version an earlier open pinned (``pinned``): opened without a request, read at it."""
+                 disk_cache: DiskCacheSetting | None = None, pinned: ObjectVersion | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+        """``pinned``: the version an earlier open pinned (``pinned``): opened without a request, read at it.
+        ``max_connections``: GETs in flight at once, besides the reading threads' own."""
         self._getter = getter
         self.name = getter.endpoint.name
+        self._parts = PartPool(getter, max_connections)
         if pinned is None:
+            began = self._parts.clock()
             tail = getter.get_tail(tail_size)
+            self._parts.measured(len(tail), began)  # a slow connection's streams start with many parts
         else:
             getter.version, tail = pinned, b""
         assert getter.version is not None
@@ -58,8 +63,6 @@ class RemoteSource:
         pinned, one GET of it."""
         self._disk = self._disk_blocks(disk_cache)
         self._ahead = ReadAhead(BLOCK if self._disk is None else UNIT)
-        self._pool: ThreadPoolExecutor | None = None
-        self._background: ThreadPoolExecutor | None = None
         self._pending: dict[int, tuple[int, Future[None]]] = {}
         """Background fetches under way: start -> (end, its future)."""
 
@@ -69,6 +72,7 @@ class RemoteSource:
                               f"({self.size} bytes)", self.name)
         end = offset + length
         with self._lock:
+            self._ahead.max_window = self._window()
             data = self._cache.held(offset, end)
             if data is not None:
                 self._start_prefetch(self._ahead.prefetch(end, self.size))
@@ -84,43 +88,69 @@ class RemoteSource:
             gaps = self._cache.gaps(offset, end)
             if gaps and not large:
                 fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
-                gaps = self._cache.gaps(fetch_start, self._ahead.fetch_end(gaps[0][0], end, self.size))
+                fetch_end = self._ahead.fetch_end(gaps[0][0], end, self.size)
+                now = fetch_end
+                if fetch_end > end + MAX_WINDOW:  # a window of many parts: the reader waits for its first ones only
+                    now = self._ahead.round(max(end, fetch_start + MAX_WINDOW), self.size)
+                    now = fetch_end if fetch_end - now < PART else now  # no small straggler
+                gaps = self._cache.gaps(fetch_start, now)
+                if now < fetch_end:
+                    self._start_prefetch((now, fetch_end))
         if not gaps:
             return bytes(result)
         if large:
             for start, stop in gaps:
                 self._fetch_into(start, view[start - offset : stop - offset])
             return bytes(result)
-        fetched = []
-        for start, stop in gaps:
-            data = self._buffer(stop - start)
-            self._fetch_into(start, data)
-            fetched.append((start, data))
-            first, last = max(start, offset), min(stop, end)
-            if first < last:
-                view[first - offset : last - offset] = data[first - start : last - start]
+        fetched: list[tuple[int, memoryview]] = []
+        try:
+            for start, stop in gaps:
+                data = self._buffer(stop - start)
+                fetched.append((start, data))
+                self._fetch_into(start, data)
+                first, last = max(start, offset), min(stop, end)
+                if first < last:
+                    view[first - offset : last - offset] = data[first - start : last - start]
+        except BaseException:
+            with self._lock:
+                self._cache.release(sum(len(data) for _, data in fetched))
+            raise
         with self._lock:
             for start, data in fetched:
-                self._cache.put(start, data)
+                self._cache.put(start, data, reserved=True, read=start + len(data) <= end)
         return bytes(result)
 
+    def _window(self) -> int:
+        """A stream's largest window: MAX_WINDOW over fast connections; over slow ones half as many parts again
+        as it keeps in flight (parts arrive out of order: those arrived but not yet read count in the window, and
+        the pool's threads bound those in flight), at most three quarters of the cache."""
+        parts = self._parts.parts()
+        if parts <= MIN_PARTS:
+            return MAX_WINDOW
+        return max(MAX_WINDOW, min(parts * PART * 3 // 2, self._cache.capacity * 3 // 4) // PART * PART)
+
     def _start_prefetch(self, wanted: tuple[int, int] | None) -> None:
-        """Under the lock: fetches the gaps of ``wanted`` in the background."""
+        """Under the lock: fetches the gaps of ``wanted`` in the background, in parts of at most PART."""
         if wanted is None:
             return
-        for start, stop in self._cache.gaps(*wanted):
-            if any(s < stop and start < e for s, (e, _) in self._pending.items()):
-                continue
-            if self._background is None:
-                self._background = ThreadPoolExecutor(AHEAD_THREADS, thread_name_prefix="ckptfs-ahead")
-            self._pending[start] = (stop, self._background.submit(self._prefetch, start, stop))
+        for first, last in self._cache.gaps(*wanted):
+            for start, stop in _parts(first, last - first, self._ahead.block):
+                if any(s < stop and start < e for s, (e, _) in self._pending.items()):
+                    continue
+                task = _bind(self._prefetch, start, stop)
+                self._pending[start] = (stop, self._parts.submit(task, urgent=False))
 
     def _prefetch(self, start: int, stop: int) -> None:
         try:
             data = self._buffer(stop - start)
-            self._fetch_into(start, data)
+            try:
+                self._fetch_into(start, data)
+            except BaseException:
+                with self._lock:
+                    self._cache.release(len(data))
+                raise
             with self._lock:
-                self._cache.put(start, data)
+                self._cache.put(start, data, reserved=True)
         except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
             log.info("%s: read-ahead of %d bytes at offset %d: %s", self.name, stop - start, start, exc)
         finally:
@@ -128,8 +158,10 @@ class RemoteSource:
                 del self._pending[start]
 
     def _buffer(self, size: int) -> memoryview:
-        """A buffer to fetch ``size`` bytes into, which the cache owns once they are put in it."""
+        """A buffer to fetch ``size`` bytes into, counted in the cache's bytes from now on (``--cache-size`` bounds
+        fetches under way too); the cache owns it once put in it (``reserved``), else ``release`` it."""
         with self._lock:
+            self._cache.reserve(size)
             return self._buffers.take(size)
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
@@ -181,19 +213,20 @@ class RemoteSource:
                 disk.store(index, whole[unit_start - whole_start : unit_end - whole_start])
 
     def _get_into(self, start: int, view: memoryview) -> None:
-        """One GET, or parts of at most PART bytes fetched at once."""
-        if len(view) <= PART:
-            self._getter.get_into(start, view)
+        """One GET on this thread, or parts of at most PART bytes fetched at once on the pool's connections."""
+        if len(view) <= PART or self._parts.on_own_thread():  # a read-ahead part (which is never larger)
+            for first, last in _parts(start, len(view), BLOCK):
+                self._parts.fetch(first, view[first - start : last - start])
             return
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="ckptfs-get")
-            pool = self._pool
-        count = -(-len(view) // PART)
-        size = -(-len(view) // count // BLOCK) * BLOCK  # equal parts: none is a small straggler
-        parts = [(start + at, view[at : at + size]) for at in range(0, len(view), size)]
-        for future in [pool.submit(self._getter.get_into, *part) for part in parts]:
-            future.result()
+        futures = [self._parts.submit(_bind(self._parts.fetch, first, view[first - start : last - start]), urgent=True)
+                   for first, last in _parts(start, len(view), BLOCK)]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            for future in futures:  # on a failure, the others are not left writing into ``view``
+                if not future.cancel():
+                    future.exception()
 
     @property
     def pinned(self) -> tuple[int, str | None, str | None, int | None]:
@@ -224,13 +257,24 @@ class RemoteSource:
     def reopen(self) -> None:
         """In a forked process: the parent's connections and worker threads are not this process's."""
         self._getter.reset()
-        self._pool = self._background = None
+        self._parts.reset()
         self._pending = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        for pool in (self._background, self._pool):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-        self._pool = self._background = None
+        self._parts.close()
         self._getter.close()
+
+
+def _parts(start: int, length: int, block: int) -> list[tuple[int, int]]:
+    """``[start, start + length)`` in equal parts of at most PART bytes and a block, of whole ``block``s (none is a
+    small straggler, nor a read-ahead step of a little more than PART two halves)."""
+    if length <= 0:
+        return []
+    count = max(1, -(-(length - block) // PART))
+    size = -(-length // count // block) * block
+    return [(at, min(at + size, start + length)) for at in range(start, start + length, size)]
+
+
+def _bind(function: Callable[[int, Any], None], first: int, second: Any) -> Callable[[], None]:
+    return lambda: function(first, second)
