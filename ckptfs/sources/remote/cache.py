@@ -250,11 +250,11 @@ class ReadAhead:
         fetch_end = self.round(end + window, size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
-            if end <= first:  # before the storage: its header; its first window comes along
-                window = max(window, FIRST_WINDOW)
+            if end <= first:  # before the storage: its header; its first window comes along, a stream's
+                stream, window = stream._replace(going=True), max(window, FIRST_WINDOW)
                 fetch_end = max(fetch_end, self.round(min(self._ends[owner], first + FIRST_WINDOW), size))
             fetch_end = min(fetch_end, max(self.round(end, size), self.round(self._ends[owner], size)))
-        self.part = self._part(window)
+        self.part = self._part(max(window, end - asked))
         self._streams[max(fetch_end, last)] = stream
         self._streams.move_to_end(max(fetch_end, last))
         while len(self._streams) > MAX_STREAMS:
@@ -287,11 +287,12 @@ class ReadAhead:
         return None
 
     def _part(self, window: int) -> int:
-        """The parts a window is fetched in: ``parts`` of them at once over slow connections (each at least a
-        MEASURED GET, so that it measures its connection's rate too), PARTs otherwise."""
+        """The parts a window is fetched in: over slow connections half as many again as ``parts`` (those arrived
+        but not read yet count in the window), so that ``parts`` of them are in flight at once, each at least a
+        MEASURED GET (it measures its connection's rate too); PARTs otherwise."""
         if self.parts <= MIN_PARTS:
             return PART
-        return max(MEASURED, min(PART, window // self.parts // self.block * self.block))
+        return max(MEASURED, min(PART, window * 2 // (3 * self.parts) // self.block * self.block))
 
     def _step(self, window: int) -> int:
         return PREFETCH_STEP if window <= MAX_WINDOW else self._part(window)
@@ -313,4 +314,5 @@ class _Stream(NamedTuple):
     spans: bool
     """Whether it went on from one storage into another: its read-ahead then crosses storages' ends."""
     going: bool
-    """Whether a read went on where its first ended: a lone read is no stream, and reads nothing ahead."""
+    """Whether a read went on where its first ended (or the first read a storage's header, its data follows): a
+    lone read is no stream, and reads nothing ahead."""
