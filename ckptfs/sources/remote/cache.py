@@ -287,12 +287,11 @@ class ReadAhead:
         return None
 
     def _part(self, window: int) -> int:
-        """The parts a window is fetched in: over slow connections half as many again as ``parts`` (those arrived
-        but not read yet count in the window), so that ``parts`` of them are in flight at once, each at least a
-        MEASURED GET (it measures its connection's rate too); PARTs otherwise."""
+        """The parts a window is fetched in: over slow connections ``parts`` of them, in flight at once, each at
+        least a MEASURED GET (it measures its connection's rate too); PARTs otherwise."""
         if self.parts <= MIN_PARTS:
             return PART
-        return max(MEASURED, min(PART, window * 2 // (3 * self.parts) // self.block * self.block))
+        return max(MEASURED, min(PART, window // self.parts // self.block * self.block))
 
     def _step(self, window: int) -> int:
         return PREFETCH_STEP if window <= MAX_WINDOW else self._part(window)
