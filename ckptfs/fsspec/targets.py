@@ -4,8 +4,8 @@ protocol and options, an open file, a ckptfs ``ByteSource``).
 A target ckptfs reads itself (s3://, http(s)://) goes through ``sources.open_source``: checked ranged GETs, the
 object's version pinned, retries, the read-ahead cache. Its fsspec storage options are translated to ckptfs's
 (s3fs's ``anon``, ``key``, ``secret``, ``token``, ``endpoint_url``, ``client_kwargs`` ``endpoint_url`` and
-``region_name``, ``profile``); a target given an option ckptfs has no equivalent for is read through its fsspec
-backend instead, which honours it.
+``region_name``, ``profile``; ckptfs's own ``max_connections``, as ``--max-connections``); a target given an option
+ckptfs has no equivalent for is read through its fsspec backend instead, which honours it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any, Mapping
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ckptfs.errors import SourceError
 from ckptfs.sources import ByteSource, FileObjectSource, FsspecSource, RemoteOptions, open_source
-from ckptfs.sources.remote.options import OWN_OPTIONS, public_name
+from ckptfs.sources.remote.options import DEFAULT_MAX_CONNECTIONS, MAX_CONNECTIONS, OWN_OPTIONS, public_name
 
 S3_PROTOCOLS = ("s3", "s3a")
 HTTP_PROTOCOLS = ("http", "https")
@@ -55,10 +56,13 @@ def remote_options(scheme: str, options: Mapping[str, Any]) -> RemoteOptions | N
     endpoint_url: str | None = None
     region: str | None = None
     anonymous = False
+    connections = DEFAULT_MAX_CONNECTIONS
     storage: dict[str, str] = {}
     for key, value in options.items():
         if key in OWN_OPTIONS:
             storage[key] = str(value)
+        elif key == "max_connections":
+            connections = max_connections(value)
         elif scheme in HTTP_PROTOCOLS:
             return None
         elif key == "anon":
@@ -73,4 +77,14 @@ def remote_options(scheme: str, options: Mapping[str, Any]) -> RemoteOptions | N
             region = value.get("region_name") or region
         else:
             return None
-    return RemoteOptions(endpoint_url=endpoint_url, anonymous=anonymous, region=region, storage_options=storage)
+    return RemoteOptions(endpoint_url=endpoint_url, anonymous=anonymous, region=region, storage_options=storage,
+                         max_connections=connections)
+
+
+def max_connections(value: Any) -> int:
+    """The ``max_connections`` storage option: an int, or its digits (as ``--max-connections`` takes it)."""
+    text = str(value)
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_CONNECTIONS:
+        raise SourceError(f"storage option max_connections={value!r}: expected a whole number from 1 to "
+                          f"{MAX_CONNECTIONS}")
+    return int(text)

@@ -5,6 +5,7 @@ backend. Against nginx and moto, bytes equal to torch's."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import fsspec
 import pytest
 import torch
 from dcp_writers import simulate_ranks
-from remote_servers import MotoS3, Nginx, moto_s3, nginx  # noqa: F401  (fixtures)
+from remote_servers import FaultProxy, MotoS3, Nginx, fault_proxy, moto_s3, nginx  # noqa: F401  (fixtures)
 
 from ckptfs.errors import SourceError
 from ckptfs.fsspec.targets import remote_options
@@ -89,7 +90,30 @@ def test_an_s3_chain_takes_s3fs_style_options(moto_s3: MotoS3, tmp_path: Path) -
     ("s3", {"client_kwargs": {"verify": False}}, None),
     ("https", {"timeout": 5}, RemoteOptions(storage_options={"timeout": "5"})),
     ("https", {"headers": {"Authorization": "Bearer x"}}, None),
+    ("s3", {"max_connections": 4, "anon": True}, RemoteOptions(anonymous=True, max_connections=4)),
+    ("https", {"max_connections": "2"}, RemoteOptions(max_connections=2)),
 ])
 def test_fsspec_options_translate_or_fall_back(scheme: str, options: dict[str, Any],
                                                expected: RemoteOptions | None) -> None:
     assert remote_options(scheme, options) == expected
+
+
+@pytest.mark.parametrize("bad", [0, 257, "many", True, 2.5])
+def test_a_max_connections_option_out_of_bounds_is_refused(bad: Any) -> None:
+    message = f"storage option max_connections={bad!r}: expected a whole number from 1 to 256"
+    with pytest.raises(SourceError, match=f"^{re.escape(message)}$"):
+        remote_options("s3", {"max_connections": bad})
+
+
+def test_max_connections_bounds_the_gets_of_a_ckpt_file_system(nginx: Nginx,  # noqa: F811
+                                                               fault_proxy: FaultProxy) -> None:  # noqa: F811
+    big = torch.randn(12 << 20, generator=torch.Generator().manual_seed(16))  # 48 MiB: read in parts
+    torch.save({"big": big}, nginx.root / "connections.pt")
+    for connections, most in ((1, 1), (3, 3)):
+        fs = fsspec.filesystem("ckpt", fo=f"{fault_proxy.url}/connections.pt",
+                               target_options={"max_connections": connections})
+        source = fs.checkpoint.source
+        assert isinstance(source, RemoteSource) and source._parts.connections == connections  # noqa: SLF001
+        fault_proxy.most_active = 0
+        assert fs.cat_file("big") == raw(big)
+        assert 1 <= fault_proxy.most_active <= most + 1  # its connections, and the reading thread's own

@@ -7,9 +7,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs.sources.remote.cache import BLOCK, FIRST_WINDOW, MAX_WINDOW, BufferPool, ExtentCache, ReadAhead
+from ckptfs.sources.remote.cache import (BLOCK, FIRST_WINDOW, MAX_WINDOW, PREFETCH_STEP, BufferPool, ExtentCache,
+                                         ReadAhead)
 
-MiB = 1 << 20
+KiB, MiB = 1 << 10, 1 << 20
 OBJECT = os.urandom(1 << 16)
 
 
@@ -60,27 +61,32 @@ def test_pooled_buffers_are_reused_only_once_nothing_holds_their_bytes(puts: lis
 
 def test_a_sequential_stream_doubles_its_window_up_to_the_bound() -> None:
     ahead, size = ReadAhead(), 1 << 40
-    end = ahead.fetch_end(0, 4096, size)
-    assert end == BLOCK  # a first read is its block only
-    windows = []
-    for _ in range(12):
-        new_end = ahead.fetch_end(end, end + 4096, size)
-        windows.append(new_end - end)
-        end = new_end
-    assert windows[0] == FIRST_WINDOW + BLOCK
-    assert windows[-1] == MAX_WINDOW + BLOCK and max(windows) <= MAX_WINDOW + BLOCK
+    assert ahead.fetch_end(0, BLOCK, size) == BLOCK  # a first read is its block only
+    windows, fetched = [], BLOCK
+    for at in range(BLOCK, 64 * MiB, BLOCK):  # a reader going on: what is fetched ahead of it after each fetch
+        if at + BLOCK > fetched:
+            fetched = ahead.fetch_end(at, at + BLOCK, size)
+        else:
+            fetched = (ahead.prefetch(at, at + BLOCK, size) or (0, fetched))[1]
+        windows.append(fetched - at - BLOCK)
+    assert windows[0] == FIRST_WINDOW
+    assert all(w <= max(FIRST_WINDOW, at + BLOCK) for at, w in zip(range(BLOCK, 64 * MiB, BLOCK), windows))
+    assert max(windows) == MAX_WINDOW and windows[-1] >= MAX_WINDOW - PREFETCH_STEP  # doubled up to the bound
 
 
-def test_a_hit_past_the_middle_of_a_window_prefetches_the_next() -> None:
+def test_a_hit_tops_read_ahead_up_to_as_much_as_was_read() -> None:
     ahead, size = ReadAhead(), 100 * MiB
-    end = ahead.fetch_end(0, 4096, size)
-    end = ahead.fetch_end(end, end + 4096, size)  # a stream now, its window FIRST_WINDOW
-    assert ahead.prefetch(end - FIRST_WINDOW + 4096, size) is None  # not past the middle yet
-    assert ahead.prefetch(end - 4096, size) == (end, end + 2 * FIRST_WINDOW)
-    assert ahead.prefetch(end - 4096, size) is None  # asked once
+    assert ahead.fetch_end(0, 64 * KiB, size) == BLOCK
+    end = ahead.fetch_end(BLOCK, 2 * BLOCK, size)  # a stream now: its window FIRST_WINDOW
+    assert end == 2 * BLOCK + FIRST_WINDOW
+    assert ahead.prefetch(2 * BLOCK, 3 * BLOCK, size) is None  # 192 KiB read: its window is FIRST_WINDOW still
+    assert ahead.prefetch(3 * BLOCK, 4 * BLOCK, size) == (end, 8 * BLOCK)  # 256 KiB read: 256 KiB ahead
+    assert ahead.prefetch(4 * BLOCK, 5 * BLOCK, size) is None  # less than half a window more: not yet
+    assert ahead.prefetch(5 * BLOCK, 6 * BLOCK, size) == (8 * BLOCK, 12 * BLOCK)
+    assert ahead.prefetch(5 * BLOCK, 6 * BLOCK, size) is None  # read twice: no more evidence
     random = ReadAhead()
     block_end = random.fetch_end(10 * MiB, 10 * MiB + 4096, size)
-    assert random.prefetch(block_end, size) is None  # a lone read is no stream
+    assert random.prefetch(10 * MiB, block_end, size) is None  # a lone read is no stream
 
 
 def test_a_stream_read_out_of_order_still_reads_ahead() -> None:
@@ -96,7 +102,7 @@ def test_a_stream_read_out_of_order_still_reads_ahead() -> None:
                 misses += 1
                 fetch = (missing[0] * BLOCK, ahead.fetch_end(missing[0] * BLOCK, at + MiB, size))
             else:
-                fetch = ahead.prefetch(at + MiB, size) or (0, 0)
+                fetch = ahead.prefetch(at, at + MiB, size) or (0, 0)
             for block in range(fetch[0] // BLOCK, fetch[1] // BLOCK):
                 fetched[block] = 1
     assert misses <= 8, misses  # in order, with windows doubling to MAX_WINDOW; not one GET a request

@@ -75,7 +75,7 @@ def test_a_tensor_read_alone_fetches_its_bytes_and_at_most_16_MiB_more(nginx: Ng
     assert all(r.status == 206 and r.if_match for r in requests)
     assert sum(r.sent for r in requests) <= big.nbytes + 16 * MiB + 2 * BLOCK  # and "after" lies beyond
     sizes = [r.sent for r in requests]
-    assert len(requests) <= 20, sizes  # page-sized reads became a stream of growing GETs
+    assert len(requests) <= 32, sizes  # page-sized reads became a stream of growing GETs (each half a window or more)
     assert sizes[0] <= FIRST_WINDOW + step + 2 * BLOCK and max(sizes) <= PART + BLOCK, sizes  # small first, then growing to parts
 
 

@@ -70,7 +70,9 @@ def test_a_slow_stream_keeps_more_parts_ahead_but_never_past_its_tensor(nginx: N
     assert all(r.status == 206 and r.if_match for r in requests)
     assert max(last for _, last in ranges) < -(-big_end // BLOCK) * BLOCK, ranges  # not into "next"
     assert sum(r.sent for r in requests) <= big.nbytes + 2 * BLOCK  # each byte once
-    assert max(r.sent for r in requests) <= PART + BLOCK and sum(r.sent >= PART - BLOCK for r in requests) >= 6, ranges
+    sizes = [r.sent for r in requests]
+    # Small parts while little was read (a window of what was read, 4 parts of it at once), larger as it grows.
+    assert sizes[0] <= 2 * MiB + BLOCK and PART // 2 < max(sizes) <= PART + BLOCK, sizes
 
 
 def test_one_large_read_goes_in_parts_on_at_most_max_connections(fault_proxy: FaultProxy, blob: bytes) -> None:

@@ -12,14 +12,18 @@ import bisect
 from collections import OrderedDict
 from typing import NamedTuple
 
+from ckptfs.sources.remote.parts import MEASURED, MIN_PARTS
+
 KiB, MiB = 1 << 10, 1 << 20
 BLOCK = 64 * KiB
 """Fetches start and end on these boundaries: a page-fault read (4-128 KiB) and its neighbours cost one GET."""
 FIRST_WINDOW = 256 * KiB
-"""Read-ahead of a stream's second fetch: small, for latency; it doubles with every fetch after."""
+"""Read-ahead of a stream's second fetch, and its least: small, for latency; it then grows with what the stream's
+reader has read (``ReadAhead``)."""
 MAX_WINDOW = 16 * MiB
 """The largest read-ahead over fast connections: reading one tensor alone fetches at most its bytes and the
-window more (``ReadAhead.max_window``: larger when each connection is slow, ``parts.PartPool.parts``)."""
+window more (``ReadAhead.max_window``: larger when each connection is slow, ``parts.PartPool.parts``; a window
+only ever reaches it once the reader has read as much)."""
 STREAM_SLACK = 2 * MiB
 """A miss this far before or after where a stream's last fetch ended continues the stream: the kernel's
 read-ahead sends requests of up to 1 MiB that may come out of order (the second MiB asked before the first)."""
@@ -181,11 +185,21 @@ class ExtentCache:
 
 
 class ReadAhead:
-    """Sequential streams, by where their last fetch ended: a miss continuing one doubles its window, and a hit
-    past the middle of its last window asks for the next one ahead of time (``prefetch``); at MAX_WINDOW, a hit
-    that leaves less than MAX_WINDOW - PREFETCH_STEP ahead tops the read-ahead up to MAX_WINDOW again. The largest
-    window is ``max_window``: MAX_WINDOW, or as many PARTs as a stream keeps in flight over slow connections,
-    topped up a PART at a time.
+    """Sequential streams, by where their last fetch ended. How far a stream reads ahead (its window) grows only
+    with what its reader has read: the window is the bytes the stream's reads asked for (never more than the span
+    they cover: bytes skipped or read twice are no evidence), FIRST_WINDOW at least and ``max_window`` at most, so
+    it doubles each time the reader has read as much again. A lone read is no stream and reads nothing ahead. A
+    miss continuing a stream fetches up to its window past the read; a hit that leaves less than the window
+    ahead, by at least a step (half the window, at most PREFETCH_STEP, at most a part past MAX_WINDOW), tops the
+    read-ahead up in the background (``prefetch``).
+
+    The bound, whatever the connections' rate: every fetch ends at most a window past the read that asked for it
+    (on the next block boundary), so a reader going through a tensor fetches at most the bytes it read and as
+    many again (FIRST_WINDOW at least, ``max_window`` at most), and never past its storage's end (below). The
+    rate only says how many parts of a window are fetched at once (``parts``: a range given is fetched in parts
+    of ``part`` bytes) and how large a window may get (``max_window``: MAX_WINDOW, or as many PARTs as a stream
+    keeps in flight over slow connections and half as many again); it never makes a window larger than what its
+    reader has read.
 
     Tensor-aware when told where the object's storages lie (``set_extents``): a stream's read-ahead stops at the
     end of the storage it reads (a block past it at most) until the stream goes on into another storage; from
@@ -195,6 +209,10 @@ class ReadAhead:
     def __init__(self, block: int = BLOCK) -> None:
         self.block = block
         self.max_window = MAX_WINDOW
+        self.parts = MIN_PARTS
+        """Parts of a window a stream fetches at once: set from the connections' rate (``parts.PartPool.parts``)."""
+        self.part = PART
+        """The size of the parts the range ``fetch_end`` or ``prefetch`` gave last is fetched in."""
         self._streams: OrderedDict[int, _Stream] = OrderedDict()
         """Where each stream's last fetch ended -> the stream, least recently used first."""
         self._starts: list[int] = []
@@ -209,66 +227,74 @@ class ReadAhead:
                 ends.append(end)
         self._starts, self._ends = starts, ends
 
-    def fetch_end(self, start: int, end: int, size: int) -> int:
+    def window(self, stream: _Stream) -> int:
+        """How far ``stream`` reads ahead: the bytes its reads asked for (never more than the span they cover:
+        bytes skipped or read twice are no evidence), FIRST_WINDOW at least, ``max_window`` at most."""
+        return min(self.max_window, max(FIRST_WINDOW, min(stream.read, stream.reached - stream.begun)))
+
+    def fetch_end(self, start: int, end: int, size: int, asked: int | None = None) -> int:
         """Where a fetch for a miss at ``[start, end)`` should end: ``end`` and the stream's read-ahead,
-        on a block boundary, within the object."""
+        on a block boundary, within the object. ``asked``: where the read began, if before ``start`` (the bytes
+        before were held)."""
+        asked = start if asked is None else min(asked, start)
         owner = bisect.bisect_right(self._ends, start)
-        stream = _Stream(0, owner, False)
-        ahead_of = end
+        stream, window, last = _Stream(asked, end, end - asked, owner, False, False), 0, end
         for stream_end, known in self._streams.items():
             if stream_end - STREAM_SLACK <= start <= stream_end + STREAM_SLACK:
                 del self._streams[stream_end]
-                stream = _Stream(max(FIRST_WINDOW, self._grown(known.window)), owner,
-                                 known.spans or owner != known.owner)
-                ahead_of = max(end, stream_end)  # a miss behind the stream's end (out of order) extends it too
+                stream = _Stream(min(asked, known.begun), max(end, known.reached), known.read + end - asked, owner,
+                                 known.spans or owner != known.owner, True)
+                window = self.window(stream)
+                last = max(end, stream_end)  # a miss behind the stream's end (out of order) keeps its end
                 break
-        fetch_end = self.round(min(ahead_of + stream.window, end + self.max_window), size)
+        fetch_end = self.round(end + window, size)
         if owner < len(self._starts) and not stream.spans:
             first = self._starts[owner]
-            if end <= first:  # before the storage: its header; its first window comes along
-                stream = stream._replace(window=max(stream.window, FIRST_WINDOW))
+            if end <= first:  # before the storage: its header; its first window comes along, a stream's
+                stream, window = stream._replace(going=True), max(window, FIRST_WINDOW)
                 fetch_end = max(fetch_end, self.round(min(self._ends[owner], first + FIRST_WINDOW), size))
             fetch_end = min(fetch_end, max(self.round(end, size), self.round(self._ends[owner], size)))
-        self._streams[fetch_end] = stream
-        self._streams.move_to_end(fetch_end)
+        self.part = self._part(max(window, end - asked))
+        self._streams[max(fetch_end, last)] = stream
+        self._streams.move_to_end(max(fetch_end, last))
         while len(self._streams) > MAX_STREAMS:
             self._streams.popitem(last=False)
         return fetch_end
 
-    def prefetch(self, end: int, size: int) -> tuple[int, int] | None:
-        """The range to fetch in the background after a hit ending at ``end``: the next, doubled, window of the
-        sequential stream whose last window ``end`` is past the middle of (or, at MAX_WINDOW, PREFETCH_STEP
-        into), never more than ``max_window`` past ``end`` nor past its storage's end unless it spans storages; None
-        if there is none."""
-        for stream_end, stream in self._streams.items():
-            window = stream.window
-            if window and stream_end - window <= end <= stream_end and \
-                    stream_end - end <= window - min(window // 2, self._step(window)):
+    def prefetch(self, start: int, end: int, size: int) -> tuple[int, int] | None:
+        """The range to fetch in the background after a hit at ``[start, end)`` within a stream's fetched bytes:
+        from where the stream's fetches end to its window past ``end``, if that is a step or more, never past its
+        storage's end unless it spans storages; None if there is none."""
+        for stream_end, known in self._streams.items():
+            if known.going and known.begun <= start and end <= stream_end:
+                stream = known._replace(reached=max(end, known.reached), read=known.read + end - start)
+                self._streams[stream_end] = stream
                 limit = size
                 if not stream.spans and stream.owner < len(self._ends):
                     limit = self.round(self._ends[stream.owner], size)
-                if stream_end >= limit:
+                window = self.window(stream)
+                fetch_end = min(limit, self.round(end + window, size))
+                if fetch_end <= stream_end or (fetch_end - stream_end < min(window // 2, self._step(window)) and
+                                               fetch_end < limit):
                     return None
-                del self._streams[stream_end]
-                window = self._grown(window)
-                fetch_end = min(limit, stream_end + window, self.round(end + self.max_window, size))
                 if window > MAX_WINDOW and fetch_end < limit:  # whole parts: each its own GET
-                    fetch_end = stream_end + (fetch_end - stream_end) // PART * PART
-                self._streams[fetch_end] = stream._replace(window=window)
-                return (stream_end, fetch_end) if fetch_end > stream_end else None
+                    part = self._part(window)
+                    fetch_end = stream_end + (fetch_end - stream_end) // part * part
+                del self._streams[stream_end]
+                self._streams[fetch_end] = stream
+                self.part = self._part(window)
+                return stream_end, fetch_end
         return None
 
-    def _grown(self, window: int) -> int:
-        """A stream's next window: doubled up to MAX_WINDOW; over slow connections (``max_window`` larger) then at
-        once ``max_window``, each further doubling costing a GET's time (0.2 s for 8 MiB at 40 MB/s). Not sooner:
-        reads of a few MiB (a zarr chunk's rows, a Dask block) stay within the doubling windows whatever the rate."""
-        if self.max_window > MAX_WINDOW and window >= MAX_WINDOW:
-            return self.max_window
-        return min(self.max_window, window * 2)
+    def _part(self, window: int) -> int:
+        """The parts a window is fetched in: over slow connections ``parts`` of them, in flight at once, each at
+        least a MEASURED GET (it measures its connection's rate too); PARTs otherwise."""
+        if self.parts <= MIN_PARTS:
+            return PART
+        return max(MEASURED, min(PART, window // self.parts // self.block * self.block))
 
-    @staticmethod
-    def _step(window: int) -> int:
-        return PREFETCH_STEP if window <= MAX_WINDOW else PART
+    def _step(self, window: int) -> int:
+        return PREFETCH_STEP if window <= MAX_WINDOW else self._part(window)
 
     def round(self, position: int, size: int) -> int:
         """``position`` rounded up to a block boundary, within the object."""
@@ -276,8 +302,16 @@ class ReadAhead:
 
 
 class _Stream(NamedTuple):
-    window: int
+    begun: int
+    """Where its first read began."""
+    reached: int
+    """The furthest its reads went."""
+    read: int
+    """The bytes its reads asked for."""
     owner: int
     """The storage its last miss was in or before (an index into the extents; past them if none)."""
     spans: bool
     """Whether it went on from one storage into another: its read-ahead then crosses storages' ends."""
+    going: bool
+    """Whether a read went on where its first ended (or the first read a storage's header, its data follows): a
+    lone read is no stream, and reads nothing ahead."""

@@ -4,9 +4,10 @@ Opening costs one request, the suffix GET, whose bytes stay cached: a zip's end 
 are read from them without another request. A read the cache misses fetches from its first missing block to
 where read-ahead says (``cache.ReadAhead``), only the gaps; large fetches go in parallel parts of at most
 ``cache.PART``, and a read larger than a quarter of the cache goes straight into its result, uncached. A
-sequential stream's next window is fetched in the background while the reader consumes the current one, in
-parts on their own connections (``parts.PartPool``, at most ``max_connections``); over slow connections its
-window grows to as many parts as their measured rate needs (``PartPool.parts``) and half as many again, at most
+sequential stream's read-ahead is fetched in the background while the reader consumes what came before, in
+parts on their own connections (``parts.PartPool``, at most ``max_connections``). How far it runs grows only with
+what the reader has read (``cache.ReadAhead``); the connections' measured rate says how many parts of it are
+fetched at once (``PartPool.parts``) and lets it grow, over slow connections, to half as many PARTs again, at most
 three quarters of the cache (``_window``), fetches under way counted in it. A read needing
 bytes of a background fetch waits for it rather than fetching them twice. Fetches go into buffers reused once
 evicted (``cache.BufferPool``). Told where the checkpoint's storages lie (``set_extents``), read-ahead stops at a
@@ -16,9 +17,9 @@ fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from typing import Any, Callable
 from concurrent.futures import Future
 
 from ckptfs.errors import SourceError
@@ -72,10 +73,11 @@ class RemoteSource:
                               f"({self.size} bytes)", self.name)
         end = offset + length
         with self._lock:
-            self._ahead.max_window = self._window()
+            self._ahead.parts = parts = self._parts.parts()
+            self._ahead.max_window = self._window(parts)
             data = self._cache.held(offset, end)
             if data is not None:
-                self._start_prefetch(self._ahead.prefetch(end, self.size))
+                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
                 return data
             waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
         for future in waiting:
@@ -83,31 +85,35 @@ class RemoteSource:
         result = bytearray(length)
         view = memoryview(result)
         large = length > self._cache.capacity // 4
+        part = PART
         with self._lock:
             self._cache.copy_into(offset, view)
             gaps = self._cache.gaps(offset, end)
             if gaps and not large:
                 fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
-                fetch_end = self._ahead.fetch_end(gaps[0][0], end, self.size)
+                fetch_end = self._ahead.fetch_end(gaps[0][0], end, self.size, offset)
                 now = fetch_end
                 if fetch_end > end + MAX_WINDOW:  # a window of many parts: the reader waits for its first ones only
                     now = self._ahead.round(max(end, fetch_start + MAX_WINDOW), self.size)
                     now = fetch_end if fetch_end - now < PART else now  # no small straggler
+                part = self._ahead.part
                 gaps = self._cache.gaps(fetch_start, now)
                 if now < fetch_end:
                     self._start_prefetch((now, fetch_end))
+            elif not gaps:  # all read ahead (fetches waited for): a hit
+                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
         if not gaps:
             return bytes(result)
         if large:
             for start, stop in gaps:
-                self._fetch_into(start, view[start - offset : stop - offset])
+                self._fetch_into(start, view[start - offset : stop - offset], part)
             return bytes(result)
         fetched: list[tuple[int, memoryview]] = []
         try:
             for start, stop in gaps:
                 data = self._buffer(stop - start)
                 fetched.append((start, data))
-                self._fetch_into(start, data)
+                self._fetch_into(start, data, part)
                 first, last = max(start, offset), min(stop, end)
                 if first < last:
                     view[first - offset : last - offset] = data[first - start : last - start]
@@ -120,11 +126,11 @@ class RemoteSource:
                 self._cache.put(start, data, reserved=True, read=start + len(data) <= end)
         return bytes(result)
 
-    def _window(self) -> int:
-        """A stream's largest window: MAX_WINDOW over fast connections; over slow ones half as many parts again
-        as it keeps in flight (parts arrive out of order: those arrived but not yet read count in the window, and
-        the pool's threads bound those in flight), at most three quarters of the cache."""
-        parts = self._parts.parts()
+    def _window(self, parts: int) -> int:
+        """A stream's largest window when it keeps ``parts`` in flight: MAX_WINDOW over fast connections; over slow
+        ones half as many PARTs again (parts arrive out of order: those arrived but not yet read count in the
+        window, and the pool's threads bound those in flight), at most three quarters of the cache. A stream's
+        window reaches it only once its reader has read as much (``cache.ReadAhead``)."""
         if parts <= MIN_PARTS:
             return MAX_WINDOW
         return max(MAX_WINDOW, min(parts * PART * 3 // 2, self._cache.capacity * 3 // 4) // PART * PART)
@@ -133,18 +139,19 @@ class RemoteSource:
         """Under the lock: fetches the gaps of ``wanted`` in the background, in parts of at most PART."""
         if wanted is None:
             return
+        part = self._ahead.part
         for first, last in self._cache.gaps(*wanted):
-            for start, stop in _parts(first, last - first, self._ahead.block):
+            for start, stop in _parts(first, last - first, self._ahead.block, part):
                 if any(s < stop and start < e for s, (e, _) in self._pending.items()):
                     continue
-                task = _bind(self._prefetch, start, stop)
+                task = functools.partial(self._prefetch, start, stop, part)
                 self._pending[start] = (stop, self._parts.submit(task, urgent=False))
 
-    def _prefetch(self, start: int, stop: int) -> None:
+    def _prefetch(self, start: int, stop: int, part: int) -> None:
         try:
             data = self._buffer(stop - start)
             try:
-                self._fetch_into(start, data)
+                self._fetch_into(start, data, part)
             except BaseException:
                 with self._lock:
                     self._cache.release(len(data))
@@ -178,12 +185,12 @@ class RemoteSource:
             return None
         return DiskBlocks(setting, identity, self.size)
 
-    def _fetch_into(self, start: int, view: memoryview) -> None:
+    def _fetch_into(self, start: int, view: memoryview, part: int = PART) -> None:
         """The object's bytes from ``start``: the disk cache's blocks, GETs for the rest. A GET covers whole
         blocks (one starting or ending next to bytes held in memory is widened) so that the disk keeps them."""
         disk = self._disk
         if disk is None:
-            self._get_into(start, view)
+            self._get_into(start, view, part)
             return
         end = start + len(view)
         position = start
@@ -203,23 +210,24 @@ class RemoteSource:
             whole_start, whole_end = first // UNIT * UNIT, min(self.size, -(-last // UNIT) * UNIT)
             if (whole_start, whole_end) == (first, last):
                 whole = view[first - start : last - start]
-                self._get_into(first, whole)
+                self._get_into(first, whole, part)
             else:
                 whole = memoryview(bytearray(whole_end - whole_start))
-                self._get_into(whole_start, whole)
+                self._get_into(whole_start, whole, part)
                 view[first - start : last - start] = whole[first - whole_start : last - whole_start]
             for index in range(whole_start // UNIT, -(-whole_end // UNIT)):
                 unit_start, unit_end = disk.unit_range(index)
                 disk.store(index, whole[unit_start - whole_start : unit_end - whole_start])
 
-    def _get_into(self, start: int, view: memoryview) -> None:
-        """One GET on this thread, or parts of at most PART bytes fetched at once on the pool's connections."""
-        if len(view) <= PART or self._parts.on_own_thread():  # a read-ahead part (which is never larger)
-            for first, last in _parts(start, len(view), BLOCK):
+    def _get_into(self, start: int, view: memoryview, part: int = PART) -> None:
+        """One GET on this thread, or parts of at most ``part`` bytes fetched at once on the pool's connections."""
+        if len(view) <= part or self._parts.on_own_thread():  # a read-ahead part (which is never larger)
+            for first, last in _parts(start, len(view), BLOCK, part):
                 self._parts.fetch(first, view[first - start : last - start])
             return
-        futures = [self._parts.submit(_bind(self._parts.fetch, first, view[first - start : last - start]), urgent=True)
-                   for first, last in _parts(start, len(view), BLOCK)]
+        futures = [self._parts.submit(functools.partial(self._parts.fetch, first, view[first - start : last - start]),
+                                     urgent=True)
+                   for first, last in _parts(start, len(view), BLOCK, part)]
         try:
             for future in futures:
                 future.result()
@@ -266,15 +274,12 @@ class RemoteSource:
         self._getter.close()
 
 
-def _parts(start: int, length: int, block: int) -> list[tuple[int, int]]:
-    """``[start, start + length)`` in equal parts of at most PART bytes and a block, of whole ``block``s (none is a
-    small straggler, nor a read-ahead step of a little more than PART two halves)."""
+def _parts(start: int, length: int, block: int, part: int = PART) -> list[tuple[int, int]]:
+    """``[start, start + length)`` in equal parts of at most ``part`` bytes and a block, of whole ``block``s (none is
+    a small straggler, nor a read-ahead step of a little more than ``part`` two halves)."""
     if length <= 0:
         return []
-    count = max(1, -(-(length - block) // PART))
+    count = max(1, -(-(length - block) // part))
     size = -(-length // count // block) * block
     return [(at, min(at + size, start + length)) for at in range(start, start + length, size)]
 
-
-def _bind(function: Callable[[int, Any], None], first: int, second: Any) -> Callable[[], None]:
-    return lambda: function(first, second)
