@@ -40,7 +40,7 @@ mfusepy = libfuse.load_mfusepy()
 log = logging.getLogger("ckptfs.fuse.mount")
 
 MAX_REQUEST = 1 << 20
-"""Largest read request libfuse3 and the kernel exchange."""
+"""Largest write request libfuse3 and the kernel exchange (reads: ``bindings.MAX_READ``)."""
 BLOCK_SIZE = 1 << 20
 """``st_blksize``: tools size their reads by it."""
 CACHE_TIMEOUT = 86400.0
@@ -371,9 +371,8 @@ class CheckpointFS:
         config.use_ino = 1
         config.kernel_cache = 1
         config.entry_timeout = config.attr_timeout = config.negative_timeout = CACHE_TIMEOUT
-        conn.max_read = MAX_REQUEST
-        conn.max_readahead = MAX_REQUEST
-        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS
+        conn.max_read = conn.max_readahead = libfuse.MAX_READ
+        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS | libfuse.FUSE_CAP_SPLICE_WRITE
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
         # A kernel without no_open support would fail the open answered with ENOSYS.
