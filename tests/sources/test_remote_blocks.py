@@ -97,3 +97,21 @@ def test_freed_runs_join_so_a_large_fetch_finds_room_again() -> None:
     store.give(blocks[4])
     assert store.take(5 * GRAIN).offset == 0
     store.close()
+
+
+def test_a_fetch_reuses_a_block_a_reply_was_sent_from_to_its_end_before_fresh_memory() -> None:
+    store = BlockStore(8 * GRAIN)
+    cache = ExtentCache(8 * GRAIN, store)
+    for index in range(4):
+        cache.put(index * GRAIN, _filled(store, index * GRAIN, GRAIN))
+    assert cache.held(0, GRAIN) == OBJECT[:GRAIN]  # read to its end in process: kept until the cache is full
+    assert store.fresh(GRAIN) and not cache.recycle()
+    for start, end in ((GRAIN, 2 * GRAIN), (2 * GRAIN, 2 * GRAIN + 10), (3 * GRAIN, 4 * GRAIN)):
+        buffers, leased = cache.lease(start, end)  # type: ignore[misc]
+        assert _read_replies(buffers) == OBJECT[start:end]
+        cache.unlease(leased)
+    assert cache.recycle()  # the second: sent to its end before the fourth; the third was sent in part
+    assert not store.fresh(GRAIN) and store.take(GRAIN).offset == GRAIN
+    assert cache.recycle() and not cache.recycle()
+    assert cache.gaps(0, 4 * GRAIN) == [(GRAIN, 2 * GRAIN), (3 * GRAIN, 4 * GRAIN)]
+    store.close()

@@ -49,6 +49,9 @@ class ExtentCache:
         self._recent: OrderedDict[int, None] = OrderedDict()
         """Unpinned extents, least recently used first."""
         self._done: OrderedDict[int, None] = OrderedDict()
+        self._sent: OrderedDict[int, None] = OrderedDict()
+        """Extents replies were sent from to their end (``lease``), least recently first: the kernel's page cache
+        holds their bytes now."""
         self._bytes = 0
 
     def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -109,6 +112,8 @@ class ExtentCache:
             last = min(end, extent_start + len(data))
             if last > position:
                 self._touch(extent_start, last == extent_start + len(data))
+                if last == extent_start + len(data) and extent_start in self._recent:
+                    self._sent[extent_start] = None
                 if isinstance(data, Block) and data.offset >= 0 and self.store is not None:
                     self.store.lease(data)
                     leased.append(data)
@@ -131,6 +136,7 @@ class ExtentCache:
         for start in [s for s, data in self._data.items() if isinstance(data, Block)]:
             self._recent.pop(start, None)
             self._done.pop(start, None)
+            self._sent.pop(start, None)
             del self._data[start]
             del self._starts[bisect.bisect_left(self._starts, start)]
         self._bytes = sum(len(self._data[start]) for start in self._recent)
@@ -177,6 +183,15 @@ class ExtentCache:
             self.store.give(data)  # the parts not held yet were copied
         self._evict_over()
 
+    def recycle(self) -> bool:
+        """Evicts the extent a reply was sent from to its end longest ago, if any, so that a fetch reuses its block
+        rather than fresh memory (``BlockStore.fresh``): through a mount, the kernel's page cache holds those bytes,
+        and a sequential read never fills the cache. Extents ``read`` returned stay until the cache is full."""
+        if not self._sent:
+            return False
+        self._evict(next(iter(self._sent)))
+        return True
+
     def _evict_over(self) -> None:
         while self._bytes > self.capacity and self._recent:
             self._evict(next(iter(self._done or self._recent)))
@@ -184,6 +199,7 @@ class ExtentCache:
     def _evict(self, start: int) -> None:
         del self._recent[start]
         self._done.pop(start, None)
+        self._sent.pop(start, None)
         data = self._data.pop(start)
         self._bytes -= len(data)
         del self._starts[bisect.bisect_left(self._starts, start)]

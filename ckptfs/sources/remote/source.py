@@ -199,6 +199,8 @@ class RemoteSource:
         give it back to the store."""
         with self._lock:
             self._cache.reserve(size)
+            while self._store.fresh(size) and self._cache.recycle():
+                pass
             return self._store.take(size)
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
