@@ -37,13 +37,13 @@ def test_blocks_are_reused_only_once_nothing_holds_their_bytes(puts: list[tuple[
         scribble = store.take(GRAIN)  # another fetch writing into a reused block meanwhile
         scribble.view[:] = b"\xff" * GRAIN
         store.give(scribble)
-        assert cache._bytes <= cache.capacity  # noqa: SLF001
+        assert cache._bytes <= cache.capacity
         view = memoryview(bytearray(len(OBJECT)))
         cache.copy_into(0, view)
         for first, last in cache.gaps(0, len(OBJECT)):
             view[first:last] = OBJECT[first:last]
         assert view == OBJECT
-    held = sum(-(-len(data) // GRAIN) * GRAIN for data in cache._data.values()  # noqa: SLF001
+    held = sum(-(-len(data) // GRAIN) * GRAIN for data in cache._data.values()
                if getattr(data, "offset", -1) >= 0)
     assert store.free_bytes() + held == store.capacity
     store.close()

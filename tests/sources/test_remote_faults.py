@@ -112,7 +112,7 @@ def test_faults_never_give_a_wrong_byte_in_the_blocks_a_mount_replies_from(fault
     fault_proxy.faults = ["short"] * 4
     with pytest.raises(SourceError, match=r"short body: .*\(gave up after 4 attempts\)$"):
         source.buffers(0, MiB)  # type: ignore[attr-defined]
-    assert source._cache._bytes == 0 and source._store.free_bytes() == source._store.capacity  # noqa: SLF001
+    assert source._cache._bytes == 0 and source._store.free_bytes() == source._store.capacity
     buffers, leased = source.buffers(0, MiB)  # type: ignore[attr-defined]
     assert b"".join(os.pread(b[0], b[2], b[1]) for b in buffers) == blob[:MiB]
     source.close()

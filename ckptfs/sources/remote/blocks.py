@@ -25,7 +25,7 @@ GRAIN = 64 * 1024
 class Block:
     """``size`` fetched bytes: at ``offset`` in the store's memfd, or private memory (``offset`` -1)."""
 
-    __slots__ = ("offset", "size", "view", "leases", "evicted")
+    __slots__ = ("evicted", "leases", "offset", "size", "view")
 
     def __init__(self, offset: int, size: int, view: memoryview) -> None:
         self.offset = offset

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from ckptfs.sources.remote.blocks import Block, BlockStore
 
@@ -36,7 +36,7 @@ MAX_STREAMS = 16
 
 FdRange = tuple[int, int, int]
 """``(fd, pos, size)``: bytes a reply reads from a file descriptor (the store's memfd)."""
-Held = Union[bytes, bytearray, memoryview, Block]
+Held = bytes | bytearray | memoryview | Block
 
 
 class ExtentCache:
