@@ -7,10 +7,12 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs.sources.remote.blocks import GRAIN, BlockStore
+from ckptfs.sources.remote.blocks import GRAIN, POPULATE, BlockStore
 from ckptfs.sources.remote.cache import ExtentCache
 
-OBJECT = os.urandom(1 << 18)
+OBJECT = os.urandom(1 << 22)
+SPAN = 1 << 18
+"""The bytes the property test puts and reads."""
 
 
 def _filled(store: BlockStore, start: int, size: int):  # type: ignore[no-untyped-def]
@@ -25,24 +27,24 @@ def _read_replies(buffers: list[tuple[int, int, int] | bytes]) -> bytes:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(OBJECT) - 1), st.integers(1, 5 * GRAIN)), max_size=40),
+@given(st.lists(st.tuples(st.integers(0, SPAN - 1), st.integers(1, 5 * GRAIN)), max_size=40),
        st.integers(1, 12))
 def test_blocks_are_reused_only_once_nothing_holds_their_bytes(puts: list[tuple[int, int]], grains: int) -> None:
     store = BlockStore(grains * GRAIN)
     cache = ExtentCache(grains * GRAIN, store)
     for start, length in puts:
-        length = min(length, len(OBJECT) - start)
+        length = min(length, SPAN - start)
         cache.reserve(length)
         cache.put(start, _filled(store, start, length), reserved=True)
         scribble = store.take(GRAIN)  # another fetch writing into a reused block meanwhile
         scribble.view[:] = b"\xff" * GRAIN
         store.give(scribble)
         assert cache._bytes <= cache.capacity
-        view = memoryview(bytearray(len(OBJECT)))
+        view = memoryview(bytearray(SPAN))
         cache.copy_into(0, view)
-        for first, last in cache.gaps(0, len(OBJECT)):
+        for first, last in cache.gaps(0, SPAN):
             view[first:last] = OBJECT[first:last]
-        assert view == OBJECT
+        assert view == OBJECT[:SPAN]
     held = sum(-(-len(data) // GRAIN) * GRAIN for data in cache._data.values()
                if getattr(data, "offset", -1) >= 0)
     assert store.free_bytes() + held == store.capacity
@@ -100,9 +102,10 @@ def test_freed_runs_join_so_a_large_fetch_finds_room_again() -> None:
 
 
 def test_a_fetch_reuses_a_block_a_reply_was_sent_from_to_its_end_before_fresh_memory() -> None:
-    store = BlockStore(8 * GRAIN)
-    cache = ExtentCache(8 * GRAIN, store)
-    for index in range(4):
+    store = BlockStore(4 * POPULATE)
+    cache = ExtentCache(4 * POPULATE, store)
+    count = POPULATE // GRAIN
+    for index in range(count):  # the pages allocated at once by the first block's ``populate``
         cache.put(index * GRAIN, _filled(store, index * GRAIN, GRAIN))
     assert cache.held(0, GRAIN) == OBJECT[:GRAIN]  # read to its end in process: kept until the cache is full
     assert store.fresh(GRAIN) and not cache.recycle()
@@ -114,4 +117,18 @@ def test_a_fetch_reuses_a_block_a_reply_was_sent_from_to_its_end_before_fresh_me
     assert not store.fresh(GRAIN) and store.take(GRAIN).offset == GRAIN
     assert cache.recycle() and not cache.recycle()
     assert cache.gaps(0, 4 * GRAIN) == [(GRAIN, 2 * GRAIN), (3 * GRAIN, 4 * GRAIN)]
+    store.close()
+
+
+def test_a_block_on_pages_never_written_populates_them_and_those_up_to_the_next_boundary() -> None:
+    store = BlockStore(4 * POPULATE)
+    first = store.take(GRAIN)
+    assert first.fresh is not None and first.fresh[1:] == (0, POPULATE)
+    first.populate()
+    assert first.fresh is None and store.take(POPULATE - GRAIN).fresh is None  # allocated already
+    third = store.take(POPULATE + GRAIN)
+    assert third.fresh is not None and third.fresh[1:] == (POPULATE, 3 * POPULATE)
+    third.populate()
+    third.view[:] = OBJECT[: len(third)]
+    assert os.pread(store.fileno(), len(third), POPULATE) == OBJECT[: len(third)]
     store.close()

@@ -20,17 +20,22 @@ import os
 
 GRAIN = 64 * 1024
 """Blocks start and end on these boundaries in the memfd (a fetch's size is a multiple of the cache's block)."""
+POPULATE = 1 << 20
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 class Block:
     """``size`` fetched bytes: at ``offset`` in the store's memfd, or private memory (``offset`` -1)."""
 
-    __slots__ = ("evicted", "leases", "offset", "size", "view")
+    __slots__ = ("evicted", "fresh", "leases", "offset", "size", "view")
 
-    def __init__(self, offset: int, size: int, view: memoryview) -> None:
+    def __init__(self, offset: int, size: int, view: memoryview,
+                 fresh: tuple[mmap.mmap, int, int] | None = None) -> None:
         self.offset = offset
         self.size = size
         self.view = view
+        self.fresh = fresh
+        """Pages of the memfd never written that this block (and a little past it) lies on: ``populate`` them."""
         """Writable: a fetch fills it; read-only in use once the cache holds it."""
         self.leases = 0
         """Replies being sent from it now."""
@@ -39,6 +44,19 @@ class Block:
 
     def __len__(self) -> int:
         return self.size
+
+    def populate(self) -> None:
+        """Allocates the block's pages never written in one call (``MADV_POPULATE_WRITE``), and those up to the next
+        POPULATE boundary past it: cheaper than the fault a fetch's first write of each page takes (a tenth of a
+        GiB's CPU time for 4 KiB pages; a random 4 KiB read's 64 KiB fetch, 16 of them). Outside the source's lock:
+        the pages past the block may be another's, which populating leaves as they are."""
+        if self.fresh is not None:
+            mapped, start, stop = self.fresh
+            self.fresh = None
+            try:
+                mapped.madvise(MADV_POPULATE_WRITE, start, stop - start)
+            except (OSError, ValueError):
+                pass  # a kernel before 5.14, or the store closed: the pages fault in as the fetch writes them
 
 
 class BlockStore:
@@ -50,8 +68,7 @@ class BlockStore:
         """Free runs of the memfd: their offsets, sorted, and lengths (``_lengths``)."""
         self._lengths: dict[int, int] = {}
         self._touched = 0
-        """The memfd's pages below this offset have been written (blocks are taken lowest first); those above are
-        not allocated yet: the first write of each page faults (about a tenth of a GiB's CPU time, 4 KiB pages)."""
+        """The memfd's pages below this offset are allocated (blocks are taken lowest first, ``Block.populate``)."""
 
     def fileno(self) -> int:
         """The memfd (made on first use)."""
@@ -86,13 +103,17 @@ class BlockStore:
             length = self._lengths[start]
             if length < grains:
                 continue
-            self._touched = max(self._touched, start + grains)
             del self._starts[index], self._lengths[start]
             if length > grains:
                 self._starts.insert(index, start + grains)
                 self._lengths[start + grains] = length - grains
             assert self._map is not None
-            return Block(start, size, memoryview(self._map)[start : start + size])
+            fresh = None
+            if start + grains > self._touched:
+                stop = min(self.capacity, -(-(start + grains) // POPULATE) * POPULATE)
+                fresh = (self._map, max(start, self._touched), stop)
+                self._touched = stop
+            return Block(start, size, memoryview(self._map)[start : start + size], fresh)
         return Block(-1, size, memoryview(bytearray(size)))
 
     def give(self, block: Block) -> None:

@@ -201,7 +201,9 @@ class RemoteSource:
             self._cache.reserve(size)
             while self._store.fresh(size) and self._cache.recycle():
                 pass
-            return self._store.take(size)
+            block = self._store.take(size)
+        block.populate()
+        return block
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
         """Where the object's storages lie, for tensor-aware read-ahead (``sources.base.hint_extents``)."""
