@@ -10,7 +10,7 @@ from typing import Any
 
 from ckptfs.errors import MountError
 from ckptfs.fuse import bindings as libfuse
-from ckptfs.fuse.operations import MAX_REQUEST, CheckpointFS
+from ckptfs.fuse.operations import CheckpointFS
 from ckptfs.gc_pause import gc_paused
 
 mfusepy = libfuse.load_mfusepy()
@@ -82,7 +82,7 @@ def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, flags: list[str], m
     libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
     options: dict[str, Any] = {
         "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": not writable,
-        "default_permissions": True, "max_read": MAX_REQUEST,
+        "default_permissions": True, "max_read": libfuse.MAX_READ,
         "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
         **dict.fromkeys(flags, True),
     }

@@ -28,6 +28,7 @@ INSTALL_HINT = "install fuse3 (Debian/Ubuntu: apt-get install fuse3)"
 FUSE_BUF_IS_FD = 1 << 1
 FUSE_BUF_FD_SEEK = 1 << 2
 
+FUSE_CAP_SPLICE_WRITE = 1 << 7
 FUSE_CAP_READDIRPLUS = 1 << 13
 FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
 FUSE_CAP_NO_OPEN_SUPPORT = 1 << 17
@@ -35,6 +36,11 @@ FUSE_CAP_CACHE_SYMLINKS = 1 << 23
 
 FUSE_READDIR_PLUS = 1 << 0
 FUSE_FILL_DIR_PLUS = 1 << 1
+
+MAX_READ = (1 << 20) - (64 << 10)
+"""Largest read request: a reply this large, its header and a page per buffer fit a pipe of 1 MiB (the most a
+process without CAP_SYS_RESOURCE may have), so that libfuse splices it from the file descriptor (a local file's, the
+memfd of remote blocks) into /dev/fuse rather than copying it through a buffer (``FUSE_CAP_SPLICE_WRITE``)."""
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3

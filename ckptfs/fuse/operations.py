@@ -2,14 +2,12 @@
 
 Importing this module loads libfuse3 (``MountError`` if it is missing).
 
-Hot paths skip mfusepy's generic conversions: ``getattr`` fills the C
-``struct stat`` directly, ``readdir`` hands the kernel every entry's attributes
-(readdirplus), written a window of entries at a time from sizes kept per
-directory, and ``read_buf`` answers a read of a tensor stored as
-one little-endian range with a buffer naming the source's file descriptor and
-absolute offset, so libfuse reads the bytes itself and they never pass through
-Python. Everything else (strided or byte-swapped tensors, deflated records,
-generated files) is read into memory and handed over the same way.
+Hot paths skip mfusepy's generic conversions: ``getattr`` fills the C ``struct stat`` directly, ``readdir`` hands
+the kernel every entry's attributes (readdirplus), written a window of entries at a time from sizes kept per
+directory, and ``read_buf`` answers a read of a tensor stored as one little-endian range with a buffer naming the
+source's file descriptor and absolute offset (a remote source's: the memfd its fetched blocks are in,
+``sources.base.BUFFERS``), so libfuse reads the bytes itself and they never pass through Python. Everything else
+(strided or byte-swapped tensors, deflated records, generated files) is read into memory and handed over the same way.
 
 A read-only mount answers the first open with ENOSYS: the kernel then opens files without asking (``stateless``),
 and a read finds its file by path among those kept (``fuse.opened``), so reading a small file whole is one request.
@@ -24,6 +22,7 @@ import itertools
 import logging
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
@@ -34,14 +33,14 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse.opened import KeptFiles, OpenFile, check_not_truncated
-from ckptfs.sources import SourceStat
+from ckptfs.sources import BUFFERS, SourceStat
 
 mfusepy = libfuse.load_mfusepy()
 
 log = logging.getLogger("ckptfs.fuse.mount")
 
 MAX_REQUEST = 1 << 20
-"""Largest read request libfuse3 and the kernel exchange."""
+"""Largest write request libfuse3 and the kernel exchange (reads: ``bindings.MAX_READ``)."""
 BLOCK_SIZE = 1 << 20
 """``st_blksize``: tools size their reads by it."""
 CACHE_TIMEOUT = 86400.0
@@ -114,6 +113,8 @@ class CheckpointFS:
         self._window: _Window | None = None
         self._listed = 0
         self._handles = itertools.count(1)
+        self._leases: dict[int, list[tuple[Any, list[Any]]]] = {}
+        """By FUSE thread: the sources' blocks its last reply is sent from (``sources.base.BUFFERS``)."""
         source = checkpoint.source.stat()
         self._source_size = checkpoint.source.size
         self._template = self._stat_template(source, uid, gid)
@@ -297,6 +298,9 @@ class CheckpointFS:
         """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one.
 
         ``handle`` 0 (no open was made, see ``stateless``): the file is found by ``path``, a C string's address."""
+        sent = self._leases.pop(threading.get_ident(), None)
+        for source, leased in sent or ():  # this thread's last reply is sent (libfuse sends it after read_buf)
+            source.release(leased)
         opened = self._files.get(handle) if handle else self._by_path(ctypes.string_at(path)) if path else None
         if opened is None:
             return -errno.EBADF if handle else -errno.EIO
@@ -345,6 +349,11 @@ class CheckpointFS:
             if isinstance(piece, SourceBytes) and (fd := piece.extent.source.fileno()) is not None:
                 check_not_truncated(fd, piece.extent.offset + part.start, part.length)
                 buffers.append((fd, piece.extent.offset + part.start, part.length))
+            elif isinstance(piece, SourceBytes) and (method := getattr(piece.extent.source, BUFFERS, None)):
+                held, leased = method(piece.extent.offset + part.start, part.length)
+                if leased:
+                    self._leases.setdefault(threading.get_ident(), []).append((piece.extent.source, leased))
+                buffers.extend(held)
             else:
                 buffers.append(part_bytes(self.checkpoint, part))
         return buffers
@@ -362,9 +371,8 @@ class CheckpointFS:
         config.use_ino = 1
         config.kernel_cache = 1
         config.entry_timeout = config.attr_timeout = config.negative_timeout = CACHE_TIMEOUT
-        conn.max_read = MAX_REQUEST
-        conn.max_readahead = MAX_REQUEST
-        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS
+        conn.max_read = conn.max_readahead = libfuse.MAX_READ
+        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS | libfuse.FUSE_CAP_SPLICE_WRITE
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
         # A kernel without no_open support would fail the open answered with ENOSYS.

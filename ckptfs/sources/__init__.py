@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ckptfs.sources.base import ByteSource, SourceStat, hint_extents, tail_hint, version_identity
+from ckptfs.sources.base import BUFFERS, ByteSource, SourceStat, hint_extents, tail_hint, version_identity
 from ckptfs.sources.directory import DirectorySource, SourceSet
 from ckptfs.sources.file_object import FileObjectSource
 from ckptfs.sources.fsspec_source import FsspecSource
@@ -20,9 +20,9 @@ from ckptfs.sources.prefix import PrefixSet
 from ckptfs.sources.remote import DiskCacheSetting, RemoteOptions, open_remote
 from ckptfs.sources.window import WindowSource
 
-__all__ = ["ByteSource", "BytesSource", "DirectorySource", "DiskCacheSetting", "FileObjectSource", "FsspecSource",
-           "LocalFileSource", "PrefixSet", "RemoteOptions", "SourceSet", "SourceStat", "WindowSource", "hint_extents",
-           "is_url", "open_source", "tail_hint", "version_identity"]
+__all__ = ["BUFFERS", "ByteSource", "BytesSource", "DirectorySource", "DiskCacheSetting", "FileObjectSource",
+           "FsspecSource", "LocalFileSource", "PrefixSet", "RemoteOptions", "SourceSet", "SourceStat", "WindowSource",
+           "hint_extents", "is_url", "open_source", "tail_hint", "version_identity"]
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 

@@ -77,6 +77,13 @@ def hint_extents(source: ByteSource, extents: Iterable[tuple[int, int]]) -> None
         method(list(extents))
 
 
+BUFFERS = "buffers"
+"""Optional method of a source, ``buffers(offset, length) -> (buffers, leased)``, with ``release(leased)``: the
+bytes ``read`` would return as a reply's buffers, ``(fd, pos, size)`` ranges of a file the source keeps as it is
+until ``release`` (a remote source's memfd blocks, ``sources.remote.blocks``) and bytes for the rest. A mount
+answers with them as it answers from a local file's descriptor: the bytes never pass through Python."""
+
+
 IDENTITY = "identity"
 """Optional attribute of a source: a string naming the exact version of its bytes (a remote object's URL, size
 and ETag or version id), or None where its store names none. The metadata cache keys remote entries by it."""

@@ -7,7 +7,8 @@ boto3, obstore's ``get_range`` and 16 parallel 8 MiB parts, and s3torchconnector
 ckptfs's remote reader alone in process (``remote_reader.py``: what the reader does without FUSE);
 ``np.memmap(...).sum()`` through a fresh mount; random 4 KiB ``pread``s through a mount against bare keep-alive
 ranged GETs (``http.client``). Once a run, the same ``cat`` through a mount of the local file: the FUSE path's
-own limit, which bounds a remote mount's. ``dd bs=1M`` through a fresh mount too (issue 25's row). Ratios against
+own limit, which bounds a remote mount's. ``dd bs=1M`` through a fresh mount too, and the daemon's CPU time
+(user and system, all its threads) during it, per GiB (issue 25's rows). Ratios against
 issue 13's targets. Then the same over nginx capping each connection at 40 MB/s (``remote_capped.py``). The clients are bench-only:
 ``scripts/bench`` installs them when the section is asked for.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
+from common import proc_stat
 from remote_stores import BUCKET, CappedNginxStore, NginxStore, RadosgwStore, missing_radosgw
 
 if TYPE_CHECKING:
@@ -187,10 +189,14 @@ class RemoteBench:
             self.add(f"{tag}:seq_ckptfs", gb / (time.perf_counter() - started), "GB/s")
             bench.mounts.stop(m)
             m, _ = self.mount(store, "big.pt", "remote-dd")
+            before = proc_stat(m.pid)
             started = time.perf_counter()
             subprocess.run(["dd", f"if={tensor_file(m.mnt, length)}", "of=/dev/null", "bs=1M"], check=True,
                            capture_output=True)
             self.add(f"{tag}:seq_dd", gb / (time.perf_counter() - started), "GB/s")
+            after = proc_stat(m.pid)
+            if before and after:  # the daemon's threads, user and system: its fetches and its replies
+                self.add(f"{tag}:dd_cpu", (after.cpu_s - before.cpu_s) / (length / 2**30), "s/GiB")
             bench.mounts.stop(m)
             self.add(f"{tag}:seq_reader", self.reader_alone(store), "GB/s")
             for name, read in readers.items():
@@ -283,6 +289,7 @@ class RemoteBench:
             "mount_many_requests": f"mount {many} checkpoint: GETs", "mount_many_s": f"mount {many} checkpoint",
             "seq_ckptfs": "first read of the tensor: cat through the mount",
             "seq_dd": "  dd bs=1M through the mount",
+            "dd_cpu": "  daemon CPU (user + system) of that dd, per GiB",
             "seq_reader": "  ckptfs's remote reader alone, in process (1 MiB reads)",
             "seq_local_fuse": "  cat through a mount of the local file (the FUSE path's limit)",
             "seq_boto3": "  boto3, one ranged GET", "seq_obstore": "  obstore get_range",
@@ -327,6 +334,8 @@ class RemoteBench:
              seq and med("memmap_ckptfs") / seq >= 0.7),
             ("random 4 KiB / bare GET", ratio(med("rand_ckptfs_us"), med("rand_bare_us")), "<= 1.5x",
              med("rand_ckptfs_us") <= 1.5 * med("rand_bare_us")),
+            ("daemon CPU per GiB of dd (issue 25)", show(med("dd_cpu"), "s/GiB"), "<= 0.35 s/GiB",
+             med("dd_cpu") and med("dd_cpu") <= 0.35),
         ]
         lines = render(rows)
         lines.append("")
@@ -346,7 +355,7 @@ def tensor_file(mnt: str, length: int) -> str:
 
 
 def show(value: float, unit: str, with_unit: bool = True) -> str:
-    text = {"GB/s": f"{value:.2f}", "s": f"{value * 1000:.0f}", "us": f"{value:.0f}",
+    text = {"GB/s": f"{value:.2f}", "s": f"{value * 1000:.0f}", "us": f"{value:.0f}", "s/GiB": f"{value:.2f}",
             "requests": f"{value:.0f}"}[unit]
     return f"{text} {dict(s='ms').get(unit, unit)}" if with_unit else text
 

@@ -19,6 +19,7 @@ from ckptfs.fs.pieces import Content, Literal, piece_bytes
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import operations as fuse_ops
 from ckptfs.fuse.opened import KeptFiles, OpenFile
+from ckptfs.sources import BytesSource
 
 
 def _stat_of(fs: fuse_ops.CheckpointFS, path: str) -> bytes:
@@ -186,3 +187,40 @@ def test_files_kept_for_reads_without_an_open_are_bounded(tmp_path: Path) -> Non
     assert len(kept) == 1 and kept.nbytes == 520 and kept.get(b"big") is big
     kept.add(b"4", made[4])
     assert len(kept) == 1 and kept.nbytes == 30
+
+
+class _LeasingSource(BytesSource):
+    """Bytes in a memfd that replies are sent from (``sources.base.BUFFERS``), as a remote source's blocks are."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, "leasing")
+        self.fd = os.memfd_create("leasing", os.MFD_CLOEXEC)
+        os.write(self.fd, data)
+        self.leased: list[int] = []
+
+    def buffers(self, offset: int, length: int) -> tuple[list[tuple[int, int, int] | bytes], list[int]]:
+        self.leased.append(offset)
+        half = length // 2
+        return [(self.fd, offset, half), self.read(offset + half, length - half)], [offset]
+
+    def release(self, leased: list[int]) -> None:
+        for offset in leased:
+            self.leased.remove(offset)
+
+
+def test_a_source_with_buffers_is_answered_from_its_descriptor_leased_until_the_next_read(tmp_path: Path) -> None:
+    w = torch.arange(5000.0)
+    source = _LeasingSource(save_zip({"w": w, "t": w[::2]}, tmp_path / "l.pt").read_bytes())
+    with ckptfs.open(source) as ck:
+        fs = fuse_ops.CheckpointFS(ck, Layout(ck))
+        assert _read_by_path(fs, "/w", 8000, 100) == w.numpy().tobytes()[100:8100]
+        answer = ctypes.c_void_p()
+        raw = ctypes.create_string_buffer(b"/w")
+        assert fs.read_buf(ctypes.addressof(answer), 4096, 0, 0, ctypes.addressof(raw)) == 0
+        assert len(source.leased) == 1  # the last reply's, held while libfuse sends it: the one before released
+        bufs = (libfuse.FuseBuf * 2).from_address(answer.value + libfuse.FuseBufvec.buf.offset)  # type: ignore
+        assert bufs[0].flags & libfuse.FUSE_BUF_IS_FD and (bufs[0].fd, bufs[0].size) == (source.fd, 2048)
+        assert not bufs[1].flags & libfuse.FUSE_BUF_IS_FD and bufs[1].size == 2048
+        assert _read_by_path(fs, "/t", 1 << 20, 0) == w[::2].numpy().tobytes()  # gathered: no lease
+        assert source.leased == []
+    os.close(source.fd)

@@ -7,8 +7,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptfs.sources.remote.cache import (BLOCK, FIRST_WINDOW, MAX_WINDOW, PREFETCH_STEP, BufferPool, ExtentCache,
-                                         ReadAhead)
+from ckptfs.sources.remote.cache import BLOCK, FIRST_WINDOW, MAX_WINDOW, PREFETCH_STEP, ExtentCache, ReadAhead
 
 KiB, MiB = 1 << 10, 1 << 20
 OBJECT = os.urandom(1 << 16)
@@ -35,28 +34,6 @@ def test_held_bytes_are_the_objects_whatever_the_overlaps(puts: list[tuple[int, 
     held = cache.held(start, end)
     assert held is None or held == OBJECT[start:end]
     assert cache.held(len(OBJECT) - 50, len(OBJECT)) == OBJECT[-50:]  # pinned: never evicted
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(OBJECT)), st.integers(0, 9000)), max_size=40),
-       st.integers(1, 40000), st.integers(0, 30000))
-def test_pooled_buffers_are_reused_only_once_nothing_holds_their_bytes(puts: list[tuple[int, int]], capacity: int,
-                                                                       pool_size: int) -> None:
-    pool = BufferPool(pool_size, grain=1024)
-    cache = ExtentCache(capacity, pool)
-    for start, length in puts:
-        data = pool.take(min(length, len(OBJECT) - start))
-        data[:] = OBJECT[start : start + len(data)]
-        cache.put(start, data)
-        scribble = pool.take(1024)  # another fetch writing into a reused buffer meanwhile
-        scribble[:] = b"\xff" * 1024
-        pool.give(scribble)
-        view = memoryview(bytearray(len(OBJECT)))
-        cache.copy_into(0, view)
-        for first, last in cache.gaps(0, len(OBJECT)):
-            view[first:last] = OBJECT[first:last]
-        assert view == OBJECT
-    assert pool._bytes <= pool_size  # noqa: SLF001
 
 
 def test_a_sequential_stream_doubles_its_window_up_to_the_bound() -> None:

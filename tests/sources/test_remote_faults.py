@@ -90,3 +90,29 @@ def test_random_faults_never_give_a_wrong_byte(fault_proxy: FaultProxy, blob: by
         offset = rng.randrange(0, len(blob))
         length = rng.randrange(0, min(len(blob) - offset, 3 * MiB) + 1)
         assert source.read(offset, length) == blob[offset : offset + length]
+
+
+def test_faults_never_give_a_wrong_byte_in_the_blocks_a_mount_replies_from(fault_proxy: FaultProxy,
+                                                                           blob: bytes) -> None:
+    import random
+
+    rng = random.Random(25)
+    source = open_source(f"{fault_proxy.url}/blob.bin", RemoteOptions(cache_size=32 * MiB,
+                                                                      storage_options={"retries": "4"}))
+    for _ in range(40):
+        fault_proxy.faults = rng.choices(["", "503", "reset", "short"], k=3)
+        offset = rng.randrange(0, len(blob))
+        length = rng.randrange(1, min(len(blob) - offset, 960 << 10) + 1)
+        buffers, leased = source.buffers(offset, length)  # type: ignore[attr-defined]
+        sent = b"".join(os.pread(b[0], b[2], b[1]) if isinstance(b, tuple) else b for b in buffers)
+        assert sent == blob[offset : offset + length]
+        source.release(leased)  # type: ignore[attr-defined]
+    source.close()
+    source = open_source(f"{fault_proxy.url}/blob.bin", RemoteOptions(storage_options={"retries": "4"}))
+    fault_proxy.faults = ["short"] * 4
+    with pytest.raises(SourceError, match=r"short body: .*\(gave up after 4 attempts\)$"):
+        source.buffers(0, MiB)  # type: ignore[attr-defined]
+    assert source._cache._bytes == 0 and source._store.free_bytes() == source._store.capacity
+    buffers, leased = source.buffers(0, MiB)  # type: ignore[attr-defined]
+    assert b"".join(os.pread(b[0], b[2], b[1]) for b in buffers) == blob[:MiB]
+    source.close()

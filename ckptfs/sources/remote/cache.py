@@ -1,9 +1,9 @@
-"""A bounded in-memory cache of fetched byte ranges, the buffers fetches go into, and the sequential read-ahead
-that sizes fetches.
+"""A bounded in-memory cache of fetched byte ranges, and the sequential read-ahead that sizes fetches.
 
 The cache holds extents (one per GET, never overlapping), evicted least recently used first; pinned
-extents (the opening suffix GET) stay. Large fetches go into buffers from a pool that takes them back when the
-cache evicts them. Not thread-safe: the source holds a lock around both.
+extents (the opening suffix GET) stay. Fetches go into blocks of a memfd (``blocks.BlockStore``) that a mount
+replies from by file descriptor (``lease``); the store takes them back when the cache evicts them. Not
+thread-safe: the source holds a lock around both.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import bisect
 from collections import OrderedDict
 from typing import NamedTuple
 
+from ckptfs.sources.remote.blocks import Block, BlockStore
 from ckptfs.sources.remote.parts import MEASURED, MIN_PARTS
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -36,52 +37,24 @@ connection, 20-50 ms to the first byte, so a part of 8 MiB spends ~5% of its tim
 MAX_STREAMS = 16
 
 
-POOL_GRAIN = 1 * MiB
-"""Pooled buffers are whole multiples of this (a smaller fetch gets a buffer of its own)."""
-
-
-class BufferPool:
-    """Buffers for large fetches, reused once the cache evicts what they hold: a new large buffer costs a page
-    fault every 4 KiB when first written (about 0.4 s a GiB, a third of a sequential read's time), a reused one
-    none. At most ``capacity`` bytes of free buffers are kept."""
-
-    def __init__(self, capacity: int, grain: int = POOL_GRAIN) -> None:
-        self.capacity = capacity
-        self.grain = grain
-        self._free: dict[int, list[bytearray]] = {}
-        self._bytes = 0
-
-    def take(self, size: int) -> memoryview:
-        """A writable view of ``size`` bytes (its contents are not zeroed)."""
-        if size < self.grain:
-            return memoryview(bytearray(size))
-        grains = -(-size // self.grain) * self.grain
-        free = self._free.get(grains)
-        if free:
-            self._bytes -= grains
-            return memoryview(free.pop())[:size]
-        return memoryview(bytearray(grains))[:size]
-
-    def give(self, view: memoryview) -> None:
-        """Takes back the buffer under a view ``take`` gave: nothing may read it after."""
-        buffer = view.obj
-        if isinstance(buffer, bytearray) and len(buffer) >= self.grain and \
-                self._bytes + len(buffer) <= self.capacity:
-            self._free.setdefault(len(buffer), []).append(buffer)
-            self._bytes += len(buffer)
+FdRange = tuple[int, int, int]
+"""``(fd, pos, size)``: bytes a reply reads from a file descriptor (the store's memfd)."""
+Held = bytes | bytearray | memoryview | Block
 
 
 class ExtentCache:
-    def __init__(self, capacity: int, pool: BufferPool | None = None) -> None:
+    def __init__(self, capacity: int, store: BlockStore | None = None) -> None:
         self.capacity = capacity
-        self.pool = pool
+        self.store = store
         self._starts: list[int] = []
-        self._data: dict[int, bytes | bytearray | memoryview] = {}
-        """Each extent's bytes, never changed once held; a memoryview is a pooled buffer's, given back to the pool
-        when evicted."""
+        self._data: dict[int, Held] = {}
+        """Each extent's bytes, never changed once held; a Block is the store's, given back when evicted."""
         self._recent: OrderedDict[int, None] = OrderedDict()
         """Unpinned extents, least recently used first."""
         self._done: OrderedDict[int, None] = OrderedDict()
+        self._sent: OrderedDict[int, None] = OrderedDict()
+        """Extents replies were sent from to their end (``lease``), least recently first: the kernel's page cache
+        holds their bytes now."""
         self._bytes = 0
 
     def gaps(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -112,7 +85,7 @@ class ExtentCache:
         if end > extent_start + len(data):
             return None
         self._touch(extent_start, end == extent_start + len(data))
-        return bytes(memoryview(data)[start - extent_start : end - extent_start])
+        return bytes(_view(data)[start - extent_start : end - extent_start])
 
     def copy_into(self, start: int, view: memoryview) -> None:
         """Copies into ``view`` the bytes from ``start`` that extents hold (the gaps' bytes are left as they are)."""
@@ -123,9 +96,53 @@ class ExtentCache:
             data = self._data[extent_start]
             first, last = max(start, extent_start), min(end, extent_start + len(data))
             if first < last:
-                view[first - start : last - start] = memoryview(data)[first - extent_start : last - extent_start]
+                view[first - start : last - start] = _view(data)[first - extent_start : last - extent_start]
                 self._touch(extent_start, last == extent_start + len(data))
             index += 1
+
+    def lease(self, start: int, end: int) -> tuple[list[FdRange | bytes], list[Block]] | None:
+        """``[start, end)`` as a reply's buffers when extents hold all of it: ranges of the store's memfd (each
+        block leased: not reused until ``unlease``), bytes for what other memory holds; None on a gap."""
+        if self.gaps(start, end):
+            return None
+        buffers: list[FdRange | bytes] = []
+        leased: list[Block] = []
+        index = bisect.bisect_right(self._starts, start) - 1
+        position = start
+        while position < end:
+            extent_start = self._starts[index]
+            data = self._data[extent_start]
+            last = min(end, extent_start + len(data))
+            if last > position:
+                self._touch(extent_start, last == extent_start + len(data))
+                if last == extent_start + len(data) and extent_start in self._recent:
+                    self._sent[extent_start] = None
+                if isinstance(data, Block) and data.offset >= 0 and self.store is not None:
+                    self.store.lease(data)
+                    leased.append(data)
+                    buffers.append((self.store.fileno(), data.offset + position - extent_start, last - position))
+                else:
+                    buffers.append(bytes(_view(data)[position - extent_start : last - extent_start]))
+                position = last
+            index += 1
+        return buffers, leased
+
+    def unlease(self, leased: list[Block]) -> None:
+        """The reply sent from these blocks (``lease``) is done."""
+        assert self.store is not None or not leased
+        for block in leased:
+            self.store.release(block)  # type: ignore[union-attr]
+
+    def drop_blocks(self) -> None:
+        """Forgets the extents the store holds, and the store's bytes (a forked process: its memfd is the
+        parent's too). Counts only what is left: fetches under way in the parent are not this process's."""
+        for start in [s for s, data in self._data.items() if isinstance(data, Block)]:
+            self._recent.pop(start, None)
+            self._done.pop(start, None)
+            self._sent.pop(start, None)
+            del self._data[start]
+            del self._starts[bisect.bisect_left(self._starts, start)]
+        self._bytes = sum(len(self._data[start]) for start in self._recent)
 
     def _touch(self, start: int, to_its_end: bool) -> None:
         """A read of the extent at ``start``: the most recently used; read to its end (a stream has gone past it),
@@ -147,18 +164,17 @@ class ExtentCache:
     def release(self, size: int) -> None:
         self._bytes -= size
 
-    def put(self, start: int, data: bytes | bytearray | memoryview, pinned: bool = False,
-            reserved: bool = False, read: bool = False) -> None:
+    def put(self, start: int, data: Held, pinned: bool = False, reserved: bool = False, read: bool = False) -> None:
         """Holds ``data``'s bytes that no extent holds yet (another thread may have fetched some); evicts the least
-        recently used extents that no longer fit. A memoryview is a pooled buffer's (``BufferPool.take``): the
-        cache owns it from now on. ``reserved``: its bytes were counted by ``reserve``; ``read``: a read took them
-        to their end (``_touch``)."""
+        recently used extents that no longer fit. A Block is the store's (``BlockStore.take``): the cache owns it
+        from now on. ``reserved``: its bytes were counted by ``reserve``; ``read``: a read took them to their end
+        (``_touch``)."""
         if reserved:
             self._bytes -= len(data)
         gaps = self.gaps(start, start + len(data))
         whole = gaps == [(start, start + len(data))]
         for first, last in gaps:
-            part = data if whole else bytes(data[first - start : last - start])
+            part = data if whole else bytes(_view(data)[first - start : last - start])
             bisect.insort(self._starts, first)
             self._data[first] = part
             if not pinned:
@@ -166,9 +182,18 @@ class ExtentCache:
                 self._bytes += len(part)
                 if read:
                     self._done[first] = None
-        if isinstance(data, memoryview) and not whole and self.pool is not None:
-            self.pool.give(data)  # the parts not held yet were copied
+        if isinstance(data, Block) and not whole and self.store is not None:
+            self.store.give(data)  # the parts not held yet were copied
         self._evict_over()
+
+    def recycle(self) -> bool:
+        """Evicts the extent a reply was sent from to its end longest ago, if any, so that a fetch reuses its block
+        rather than fresh memory (``BlockStore.fresh``): through a mount, the kernel's page cache holds those bytes,
+        and a sequential read never fills the cache. Extents ``read`` returned stay until the cache is full."""
+        if not self._sent:
+            return False
+        self._evict(next(iter(self._sent)))
+        return True
 
     def _evict_over(self) -> None:
         while self._bytes > self.capacity and self._recent:
@@ -177,11 +202,16 @@ class ExtentCache:
     def _evict(self, start: int) -> None:
         del self._recent[start]
         self._done.pop(start, None)
+        self._sent.pop(start, None)
         data = self._data.pop(start)
         self._bytes -= len(data)
         del self._starts[bisect.bisect_left(self._starts, start)]
-        if isinstance(data, memoryview) and self.pool is not None:
-            self.pool.give(data)
+        if isinstance(data, Block) and self.store is not None:
+            self.store.give(data)
+
+
+def _view(data: Held) -> memoryview:
+    return data.view if isinstance(data, Block) else memoryview(data)
 
 
 class ReadAhead:

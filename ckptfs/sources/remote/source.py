@@ -9,9 +9,9 @@ parts on their own connections (``parts.PartPool``, at most ``max_connections``)
 what the reader has read (``cache.ReadAhead``); the connections' measured rate says how many parts of it are
 fetched at once (``PartPool.parts``) and lets it grow, over slow connections, to half as many PARTs again, at most
 three quarters of the cache (``_window``), fetches under way counted in it. A read needing
-bytes of a background fetch waits for it rather than fetching them twice. Fetches go into buffers reused once
-evicted (``cache.BufferPool``). Told where the checkpoint's storages lie (``set_extents``), read-ahead stops at a
-storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``),
+bytes of a background fetch waits for it rather than fetching them twice. Fetches go into blocks of a memfd,
+reused once evicted, that a mount replies from by file descriptor (``blocks``, ``buffers``). Told where the
+checkpoint's storages lie (``set_extents``), read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``),
 fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
 """
 
@@ -24,15 +24,13 @@ from concurrent.futures import Future
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
-from ckptfs.sources.remote.cache import BLOCK, MAX_WINDOW, PART, BufferPool, ExtentCache, ReadAhead
+from ckptfs.sources.remote.blocks import Block, BlockStore
+from ckptfs.sources.remote.cache import BLOCK, MAX_WINDOW, PART, ExtentCache, FdRange, ReadAhead
 from ckptfs.sources.remote.disk_cache import UNIT, DiskBlocks, DiskCacheSetting, object_identity
 from ckptfs.sources.remote.options import DEFAULT_MAX_CONNECTIONS
 from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import ObjectVersion, RangedGetter
 
-MiB = 1 << 20
-POOL_SIZE = 64 * MiB
-"""Free fetch buffers kept for reuse (``cache.BufferPool``)."""
 log = logging.getLogger("ckptfs.sources.remote")
 
 
@@ -55,8 +53,8 @@ class RemoteSource:
         self.size = getter.version.size
         self._mtime_ns = getter.version.mtime_ns or 0
         self._lock = threading.Lock()
-        self._buffers = BufferPool(min(POOL_SIZE, cache_size))
-        self._cache = ExtentCache(cache_size, self._buffers)
+        self._store = BlockStore(cache_size)
+        self._cache = ExtentCache(cache_size, self._store)
         if tail:
             self._cache.put(self.size - len(tail), tail, pinned=True)
         self.tail_hint = len(tail) or min(tail_size, self.size)
@@ -68,26 +66,65 @@ class RemoteSource:
         """Background fetches under way: start -> (end, its future)."""
 
     def read(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length < 0 or offset + length > self.size:
-            raise SourceError(f"read of {length} bytes at offset {offset} is outside the object "
-                              f"({self.size} bytes)", self.name)
+        self._check(offset, length)
         end = offset + length
         with self._lock:
-            self._ahead.parts = parts = self._parts.parts()
-            self._ahead.max_window = self._window(parts)
+            self._plan()
             data = self._cache.held(offset, end)
             if data is not None:
                 self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
                 return data
+        result = bytearray(length)
+        self._miss(offset, end, memoryview(result))
+        return bytes(result)
+
+    def buffers(self, offset: int, length: int) -> tuple[list[FdRange | bytes], list[Block]]:
+        """``[offset, offset + length)`` as a reply's buffers (``sources.base.BUFFERS``): ranges of the memfd the
+        cache's blocks are in, which stay as they are until ``release(leased)``; bytes where no block holds them
+        (a read larger than the cache holds, the opening suffix GET's)."""
+        self._check(offset, length)
+        end = offset + length
+        with self._lock:
+            self._plan()
+            leased = self._cache.lease(offset, end)
+            if leased is not None:
+                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
+                return leased
+        if length > self._cache.capacity // 4:
+            return [self.read(offset, length)], []
+        self._miss(offset, end, None)
+        with self._lock:
+            leased = self._cache.lease(offset, end)
+        return leased if leased is not None else ([self.read(offset, length)], [])  # evicted since (a tiny cache)
+
+    def release(self, leased: list[Block]) -> None:
+        """A reply from ``buffers`` is sent: its blocks may be reused."""
+        if leased:
+            with self._lock:
+                self._cache.unlease(leased)
+
+    def _plan(self) -> None:
+        """Under the lock: the parts a stream keeps in flight and its largest window, from the connections' rate."""
+        self._ahead.parts = parts = self._parts.parts()
+        self._ahead.max_window = self._window(parts)
+
+    def _check(self, offset: int, length: int) -> None:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise SourceError(f"read of {length} bytes at offset {offset} is outside the object "
+                              f"({self.size} bytes)", self.name)
+
+    def _miss(self, offset: int, end: int, view: memoryview | None) -> None:
+        """Fetches what the cache lacks of ``[offset, end)`` and its read-ahead; copies ``[offset, end)`` into
+        ``view`` (None: the bytes are left in the cache)."""
+        with self._lock:
             waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
         for future in waiting:
             future.exception()  # its failure is not this read's: the gaps it leaves are fetched below
-        result = bytearray(length)
-        view = memoryview(result)
-        large = length > self._cache.capacity // 4
+        large = view is not None and end - offset > self._cache.capacity // 4
         part = PART
         with self._lock:
-            self._cache.copy_into(offset, view)
+            if view is not None:
+                self._cache.copy_into(offset, view)
             gaps = self._cache.gaps(offset, end)
             if gaps and not large:
                 fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
@@ -103,28 +140,30 @@ class RemoteSource:
             elif not gaps:  # all read ahead (fetches waited for): a hit
                 self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
         if not gaps:
-            return bytes(result)
+            return
         if large:
+            assert view is not None
             for start, stop in gaps:
                 self._fetch_into(start, view[start - offset : stop - offset], part)
-            return bytes(result)
-        fetched: list[tuple[int, memoryview]] = []
+            return
+        fetched: list[tuple[int, Block]] = []
         try:
             for start, stop in gaps:
-                data = self._buffer(stop - start)
-                fetched.append((start, data))
-                self._fetch_into(start, data, part)
+                block = self._buffer(stop - start)
+                fetched.append((start, block))
+                self._fetch_into(start, block.view, part)
                 first, last = max(start, offset), min(stop, end)
-                if first < last:
-                    view[first - offset : last - offset] = data[first - start : last - start]
+                if first < last and view is not None:
+                    view[first - offset : last - offset] = block.view[first - start : last - start]
         except BaseException:
             with self._lock:
-                self._cache.release(sum(len(data) for _, data in fetched))
+                self._cache.release(sum(len(block) for _, block in fetched))
+                for _, block in fetched:
+                    self._store.give(block)
             raise
         with self._lock:
-            for start, data in fetched:
-                self._cache.put(start, data, reserved=True, read=start + len(data) <= end)
-        return bytes(result)
+            for start, block in fetched:
+                self._cache.put(start, block, reserved=True, read=start + len(block) <= end)
 
     def _window(self, parts: int) -> int:
         """A stream's largest window when it keeps ``parts`` in flight: MAX_WINDOW over fast connections; over slow
@@ -149,27 +188,33 @@ class RemoteSource:
 
     def _prefetch(self, start: int, stop: int, part: int) -> None:
         try:
-            data = self._buffer(stop - start)
+            block = self._buffer(stop - start)
             try:
-                self._fetch_into(start, data, part)
+                self._fetch_into(start, block.view, part)
             except BaseException:
                 with self._lock:
-                    self._cache.release(len(data))
+                    self._cache.release(len(block))
+                    self._store.give(block)
                 raise
             with self._lock:
-                self._cache.put(start, data, reserved=True)
+                self._cache.put(start, block, reserved=True)
         except Exception as exc:  # a reader that needs these bytes fetches them itself, and reports its error
             log.info("%s: read-ahead of %d bytes at offset %d: %s", self.name, stop - start, start, exc)
         finally:
             with self._lock:
                 del self._pending[start]
 
-    def _buffer(self, size: int) -> memoryview:
-        """A buffer to fetch ``size`` bytes into, counted in the cache's bytes from now on (``--cache-size`` bounds
-        fetches under way too); the cache owns it once put in it (``reserved``), else ``release`` it."""
+    def _buffer(self, size: int) -> Block:
+        """A block to fetch ``size`` bytes into, counted in the cache's bytes from now on (``--cache-size`` bounds
+        fetches under way too); the cache owns it once put in it (``reserved``), else ``release`` its bytes and
+        give it back to the store."""
         with self._lock:
             self._cache.reserve(size)
-            return self._buffers.take(size)
+            while self._store.fresh(size) and self._cache.recycle():
+                pass
+            block = self._store.take(size)
+        block.populate()
+        return block
 
     def set_extents(self, extents: list[tuple[int, int]]) -> None:
         """Where the object's storages lie, for tensor-aware read-ahead (``sources.base.hint_extents``)."""
@@ -268,10 +313,15 @@ class RemoteSource:
         self._parts.reset()
         self._pending = {}
         self._lock = threading.Lock()
+        self._cache.drop_blocks()
+        self._store.close()
+        self._store = self._cache.store = BlockStore(self._cache.capacity)
 
     def close(self) -> None:
         self._parts.close()
         self._getter.close()
+        with self._lock:
+            self._store.close()
 
 
 def _parts(start: int, length: int, block: int, part: int = PART) -> list[tuple[int, int]]:
