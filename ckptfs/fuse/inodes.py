@@ -238,7 +238,7 @@ class InodeFS(CheckpointFS):
         if node is None or node.kind is Kind.DIR:
             log.error("inode %d: read of no file", ino)
             return None
-        path = self.layout.path_of(node)
+        path = "/" + self.layout.path_of(node)  # as logs named it when reads came with paths
         try:
             opened = self._open(path, node)
         except (CkptfsError, OSError) as exc:
