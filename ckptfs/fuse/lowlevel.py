@@ -64,7 +64,8 @@ def _op(*argtypes: Any) -> Any:
     return ctypes.CFUNCTYPE(None, *argtypes)
 
 
-_FI = ctypes.POINTER(FuseFileInfo)
+_FI = ctypes.c_void_p
+"""A ``struct fuse_file_info *`` as a plain address: no pointer object made per request."""
 INIT = _op(_PTR, ctypes.POINTER(FuseConnInfo))
 LOOKUP = _op(_REQ, _INO, ctypes.c_char_p)
 BY_INO = _op(_REQ, _INO)
