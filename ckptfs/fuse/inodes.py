@@ -147,7 +147,7 @@ class InodeFS(CheckpointFS):
         ll.reply_readlink(req, self.layout.link_target(node).encode("utf-8", "surrogateescape"))
 
     @_answering
-    def _open_file(self, req: int, ino: int, fi: int | None) -> None:
+    def _open_file(self, req: int, ino: int, fi: int) -> None:
         if ll.FuseFileInfo.from_address(fi).flags & os.O_ACCMODE != os.O_RDONLY:
             ll.reply_err(req, errno.EROFS)
         elif self.stateless:
