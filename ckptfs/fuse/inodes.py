@@ -63,7 +63,8 @@ class InodeFS(CheckpointFS):
         """Files of reads, by inode number."""
         self._mirrored: dict[int, Node] = {}
         """The nodes below ``/.zarr`` handed to the kernel, by inode number."""
-        self.no_opendir = False
+        self.no_open = self.no_opendir = False
+        """Opens of files (directories) answered with ENOSYS, once the kernel has said it takes that (``_init``)."""
         self._operations: ll.LowLevelOps | None = None
         entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
         ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
@@ -109,7 +110,7 @@ class InodeFS(CheckpointFS):
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
         # A kernel without no_open (no_opendir) would fail the open answered with ENOSYS: opens are answered then.
-        self.stateless = bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
+        self.no_open = bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
         self.no_opendir = bool(conn.capable & ll.FUSE_CAP_NO_OPENDIR_SUPPORT)
         self.initialized = True
         if self._on_init is not None:
@@ -150,7 +151,7 @@ class InodeFS(CheckpointFS):
     def _open_file(self, req: int, ino: int, fi: int) -> None:
         if ll.FuseFileInfo.from_address(fi).flags & os.O_ACCMODE != os.O_RDONLY:
             ll.reply_err(req, errno.EROFS)
-        elif self.stateless:
+        elif self.no_open:
             ll.reply_err(req, errno.ENOSYS)
         else:
             ll.reply_open(req, fi)  # handle 0: reads find their file by number all the same

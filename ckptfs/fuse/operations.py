@@ -47,7 +47,7 @@ CACHE_TIMEOUT = 86400.0
 STATFS_BLOCK = 4096
 UNKNOWN_SIZE = 1
 """What a file whose size cannot be computed lists: not 0, or its reads would end at the kernel (no open reaches
-``open``, see ``stateless``) instead of failing with EIO here."""
+``open``, see ``fuse.inodes``) instead of failing with EIO here."""
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
