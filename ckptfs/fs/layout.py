@@ -299,6 +299,29 @@ class Layout(Contents):
             return Node(ino, Kind.TENSOR, name, directory, key, child)
         return Dir(ino, name, directory, key, child)
 
+    def node_at(self, ino: int) -> Node | None:
+        """The node of the tree (not below ``/.zarr``) with inode number ``ino``, or None: found from the number
+        alone (``SLOTS`` per child in its container's block), kept nowhere but where ``entry`` keeps it."""
+        if ino < FIRST_BLOCK_INO:
+            if ino == SAFETENSORS_INO:
+                return self._bundle(self.root) if self._has_safetensors(self.root) else None
+            return {ROOT_INO: self.root, CONTROL_DIR_INO: self.control, INDEX_INO: self.control.head[0]}.get(ino)
+        found = self.places.place_of(ino)
+        if found is None:
+            return None
+        container, position, slot = found
+        directory = self.node_of(container)
+        assert isinstance(directory, Dir), "a container with a block is a directory at its first place"
+        child = self._child_at(directory, position)
+        if not slot:
+            return child
+        if isinstance(child, Dir):  # a directory's second number is its model.safetensors
+            return self._bundle(child) if slot == 1 and self._has_safetensors(child) else None
+        view = self._view_of_slot[slot]
+        if view is None or not isinstance(child.value, Tensor) or child.kind not in (Kind.TENSOR, Kind.LINK):
+            return None
+        return ViewNode.beside(child, view) if view.shows(child.value) else None
+
     def node_of(self, value: Any) -> Node:
         """The node showing a tensor or container at its first place."""
         positions: list[int] = []

@@ -8,6 +8,8 @@ holds 200,000 of them.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from typing import Any
 
 from ckptfs.fs.nest import Group, nested
@@ -21,7 +23,7 @@ POSITION_BITS = 32
 class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
-    __slots__ = ("nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors")
+    __slots__ = ("nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors", "_starts", "_slots")
 
     def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
@@ -35,11 +37,16 @@ class Places:
         self._block: dict[int, int] = {}
         self._holding_tensors: set[int] = set()
         """The root's children with a tensor below them (at its first place)."""
+        self._starts = array("Q")
+        """Each container's first inode number, by number: blocks are handed out in that order."""
+        self._slots = slots
         self._walk(top, first_block, slots)
 
     def _walk(self, top: Any, next_block: int, slots: int) -> None:
         containers, first, kids, block = self._containers, self._first, self._pairs, self._block
         containers.append(None)
+        starts = self._starts
+        starts.append(0)
         # Each entry: value, its parent's number, position, the root's child it is under (None for the root).
         stack: list[tuple[Any, int, int, Any]] = [(top, 0, 0, None)]
         while stack:
@@ -58,6 +65,7 @@ class Places:
                 pairs = nested(pairs)
             kids[id(value)] = pairs
             block[id(value)] = next_block
+            starts.append(next_block)
             next_block += slots * len(pairs)
             values = [child for _, child in pairs]
             if not any(map(holds, values)):
@@ -87,6 +95,16 @@ class Places:
 
     def block(self, container: Any) -> int:
         return self._block[id(container)]
+
+    def place_of(self, ino: int) -> tuple[Any, int, int] | None:
+        """The container whose block holds inode number ``ino``, the child's position there and the slot; None
+        outside every block."""
+        number = bisect_right(self._starts, ino) - 1
+        if number < 1:
+            return None
+        container = self._containers[number]
+        position, slot = divmod(ino - self._starts[number], self._slots)
+        return (container, position, slot) if position < len(self._pairs[id(container)]) else None
 
     def first_place(self, value: Any) -> tuple[Any, int]:
         """The container holding a tensor or container where it is first met, and its position there."""

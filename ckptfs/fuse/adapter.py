@@ -1,11 +1,11 @@
-"""mfusepy's FUSE loop driving a ``CheckpointFS``: raw C arguments for the hot callbacks, the mount options."""
+"""mfusepy's FUSE loop driving an ``-o rw`` mount (``fuse.writable``): raw C arguments for the hot callbacks, the mount
+options. Read-only mounts are served on libfuse's low-level API instead (``fuse.session``)."""
 
 from __future__ import annotations
 
 import ctypes
 import errno
 import logging
-import os
 from typing import Any
 
 from ckptfs.errors import MountError
@@ -17,8 +17,6 @@ mfusepy = libfuse.load_mfusepy()
 
 log = logging.getLogger("ckptfs.fuse.mount")
 
-MMAP_THRESHOLD = 8 << 20
-TRIM_THRESHOLD = 128 << 20
 LOOP_ENDED_BY_SIGNAL = 8
 """What ``fuse_main`` returns once SIGINT/SIGTERM/SIGHUP ended the loop (and the mount)."""
 
@@ -40,13 +38,6 @@ class CheckpointFUSE(mfusepy.FUSE):  # type: ignore[misc]
         except Exception:
             log.exception("readdir %r", path)
             return -errno.EIO
-
-    def open(self, path: bytes, fip: Any) -> int:
-        """ENOSYS for a file system whose reads need no open (``CheckpointFS.stateless``): the kernel then opens
-        every file itself, without a request (and sends no release)."""
-        if self.operations.stateless and fip.contents.flags & os.O_ACCMODE == os.O_RDONLY:
-            return -errno.ENOSYS
-        return super().open(path, fip)  # type: ignore[no-any-return]
 
     def read_buf(self, path: int, bufpp: int, size: int, offset: int, fip: int) -> int:
         """Raw addresses (see ``bindings.RawReadBuf``): no path bytes, no pointer objects, no mfusepy wrapper."""
@@ -73,15 +64,14 @@ _FH_OFFSET = mfusepy.fuse_file_info.fh.offset
 
 
 def serve(fs: CheckpointFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
-          debug: bool = False, writable: bool = False) -> None:
-    """Mounts and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount).
+          debug: bool = False) -> None:
+    """Mounts read-write and answers requests until unmounted (or SIGINT/SIGTERM/SIGHUP, which unmount).
 
-    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …); ``writable``:
-    mounted read-write (a ``WritableCheckpointFS``), else read-only.
+    ``flags``: libfuse ``-o`` options besides those every mount has (``allow_other``, ``noexec`` …).
     """
-    libfuse.keep_large_buffers_on_heap(MMAP_THRESHOLD, TRIM_THRESHOLD)
+    libfuse.keep_large_buffers_on_heap()
     options: dict[str, Any] = {
-        "foreground": True, "nothreads": not multithreaded, "debug": debug, "ro": not writable,
+        "foreground": True, "nothreads": not multithreaded, "debug": debug,
         "default_permissions": True, "max_read": libfuse.MAX_READ,
         "fsname": fsname.replace("\\", "\\\\").replace(",", "\\,"), "subtype": "ckptfs",
         **dict.fromkeys(flags, True),

@@ -44,6 +44,8 @@ memfd of remote blocks) into /dev/fuse rather than copying it through a buffer (
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 8 << 20
+TRIM_THRESHOLD = 128 << 20
 
 
 def load_mfusepy() -> ModuleType:
@@ -96,7 +98,7 @@ _mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
 _memmove = ctypes.memmove
 
 
-def keep_large_buffers_on_heap(mmap_threshold: int, trim_threshold: int) -> None:
+def keep_large_buffers_on_heap(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = TRIM_THRESHOLD) -> None:
     """Pins glibc's malloc to the heap so each request's ~1 MiB buffers reuse warm pages.
 
     By default every allocation above 128 KiB is a fresh mmap, and freeing the
@@ -156,6 +158,17 @@ def bufvec(buffers: list[FdRange | bytes]) -> int:
     data = b"".join(packed)
     _memmove(address, data, len(data))
     return address
+
+
+def free_bufvec(address: int) -> None:
+    """Frees a bufvec made here and the memory buffers in it (libfuse's high-level API does so itself)."""
+    count = _BUFVEC_HEAD.unpack(ctypes.string_at(address, _BUFVEC_HEAD.size))[0]
+    for index in range(count):
+        size, flags, memory, fd, pos = _BUF.unpack(ctypes.string_at(address + _BUFVEC_HEAD.size + index * _BUF.size,
+                                                                    _BUF.size))
+        if not flags & FUSE_BUF_IS_FD:
+            _free(memory)
+    _free(address)
 
 
 class RawReadBuf(ctypes._CFuncPtr):  # type: ignore[misc,name-defined]

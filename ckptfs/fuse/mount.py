@@ -124,18 +124,27 @@ def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | N
 
 
 def _serve(checkpoint: Checkpoint, layout: Layout, target: str, options: MountOptions, notify: Notify | None) -> None:
-    from ckptfs.fuse import adapter, operations  # here: they load libfuse3, which ls and info do without
-
     def on_init() -> None:
         threading.Thread(target=_when_answering, args=(target, options.auto_unmount, notify), daemon=True).start()
 
-    kind = operations.CheckpointFS
-    if options.rw:
-        from ckptfs.fuse.writable import WritableCheckpointFS as kind
-    fs = kind(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid, umask=options.umask)
+    fsname, flags = options.fsname or checkpoint.path, libfuse_flags(options)
     try:
-        adapter.serve(fs, target, fsname=options.fsname or checkpoint.path, flags=libfuse_flags(options),
-                      multithreaded=options.multithreaded, debug=options.debug, writable=options.rw)
+        # imported here: they load libfuse3, which ls and info do without
+        if options.rw:
+            from ckptfs.fuse import adapter
+            from ckptfs.fuse.writable import WritableCheckpointFS
+
+            writable = WritableCheckpointFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid,
+                                            umask=options.umask)
+            adapter.serve(writable, target, fsname=fsname, flags=flags, multithreaded=options.multithreaded,
+                          debug=options.debug)
+        else:
+            from ckptfs.fuse import session
+            from ckptfs.fuse.inodes import InodeFS
+
+            fs = InodeFS(checkpoint, layout, on_init=on_init, uid=options.uid, gid=options.gid, umask=options.umask)
+            session.serve(fs, target, fsname=fsname, flags=flags, multithreaded=options.multithreaded,
+                          debug=options.debug)
     finally:
         checkpoint.close()
 

@@ -1,4 +1,5 @@
-"""The FUSE callbacks of a mount: attributes, listings and reads of a ``Layout``, through mfusepy on libfuse3.
+"""The FUSE callbacks of a mount: attributes, listings and reads of a ``Layout``, through mfusepy on libfuse3 (an
+``-o rw`` mount: ``fuse.writable``) or, by inode number, on its low-level API (a read-only one: ``fuse.inodes``).
 
 Importing this module loads libfuse3 (``MountError`` if it is missing).
 
@@ -8,9 +9,6 @@ directory, and ``read_buf`` answers a read of a tensor stored as one little-endi
 source's file descriptor and absolute offset (a remote source's: the memfd its fetched blocks are in,
 ``sources.base.BUFFERS``), so libfuse reads the bytes itself and they never pass through Python. Everything else
 (strided or byte-swapped tensors, deflated records, generated files) is read into memory and handed over the same way.
-
-A read-only mount answers the first open with ENOSYS: the kernel then opens files without asking (``stateless``),
-and a read finds its file by path among those kept (``fuse.opened``), so reading a small file whole is one request.
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
-from ckptfs.fuse.opened import KeptFiles, OpenFile, check_not_truncated
+from ckptfs.fuse.opened import OpenFile, check_not_truncated
 from ckptfs.sources import BUFFERS, SourceStat
 
 mfusepy = libfuse.load_mfusepy()
@@ -48,7 +46,7 @@ CACHE_TIMEOUT = 86400.0
 STATFS_BLOCK = 4096
 UNKNOWN_SIZE = 1
 """What a file whose size cannot be computed lists: not 0, or its reads would end at the kernel (no open reaches
-``open``, see ``stateless``) instead of failing with EIO here."""
+``open``, see ``fuse.inodes``) instead of failing with EIO here."""
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
@@ -92,10 +90,6 @@ class CheckpointFS:
     """Callbacks for mfusepy; it installs the ones this object has (raw C arguments where noted)."""
 
     use_ns = True
-    stateless = True
-    """Reads need no open: ``open`` answers ENOSYS, after which the kernel sends neither opens nor releases (its
-    ``no_open``, keeping each file's page cache), and reads find their file by path. A small file read whole then
-    costs one request, not three (open, read, release)."""
 
     def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None, *,
                  uid: int | None = None, gid: int | None = None, umask: int | None = None) -> None:
@@ -107,8 +101,6 @@ class CheckpointFS:
         self._on_init = on_init
         self.initialized = False
         self._files: dict[int, OpenFile] = {}
-        self._kept = KeptFiles()
-        """``stateless`` reads' files by path."""
         self._listings: dict[int, _Listing] = {}
         self._window: _Window | None = None
         self._listed = 0
@@ -294,14 +286,14 @@ class CheckpointFS:
             return OpenFile(path, content, data=first.data)
         return OpenFile(path, content)
 
-    def read_buf(self, bufpp: int, size: int, offset: int, handle: int, path: int = 0) -> int:
+    def read_buf(self, bufpp: int, size: int, offset: int, handle: int, ino: int = 0) -> int:
         """Answers a read with a bufvec stored at address ``bufpp``: an fd range when the tensor is one.
 
-        ``handle`` 0 (no open was made, see ``stateless``): the file is found by ``path``, a C string's address."""
+        ``handle`` 0 (no open was made, see ``fuse.inodes``): the file is found by its inode number ``ino``."""
         sent = self._leases.pop(threading.get_ident(), None)
-        for source, leased in sent or ():  # this thread's last reply is sent (libfuse sends it after read_buf)
+        for source, leased in sent or ():  # this thread's last reply is sent (libfuse sends it before the next read)
             source.release(leased)
-        opened = self._files.get(handle) if handle else self._by_path(ctypes.string_at(path)) if path else None
+        opened = self._files.get(handle) if handle else self._unopened(ino)
         if opened is None:
             return -errno.EBADF if handle else -errno.EIO
         count = min(size, opened.content.size - offset)
@@ -322,24 +314,9 @@ class CheckpointFS:
         _VOIDP.from_address(bufpp).value = address
         return 0
 
-    def _by_path(self, raw: bytes) -> OpenFile | None:
-        """The file at ``raw`` as an open would make it, kept for the reads that follow; None (logged) if it cannot
-        be made, as ``open`` would fail."""
-        opened = self._kept.get(raw)
-        if opened is not None:
-            return opened
-        path = raw.decode("utf-8", "surrogateescape")
-        node = self.layout.lookup(path)
-        if node is None or node.kind is Kind.DIR:
-            log.error("%s: read of a path that is no file", path)
-            return None
-        try:
-            opened = self._open(path, node)
-        except (CkptfsError, OSError) as exc:
-            log.error("%s: %s", path, exc)
-            return None
-        self._kept.add(raw, opened)
-        return opened
+    def _unopened(self, ino: int) -> OpenFile | None:
+        """The file a read without an open names; none here, where every read comes with its open's handle."""
+        return None
 
     def _buffers(self, parts: list[Part]) -> list[libfuse.FdRange | bytes]:
         """What libfuse sends for these parts: file-descriptor ranges for stored extents, bytes for the rest."""
@@ -375,8 +352,6 @@ class CheckpointFS:
         wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS | libfuse.FUSE_CAP_SPLICE_WRITE
         # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
         conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
-        # A kernel without no_open support would fail the open answered with ENOSYS.
-        self.stateless = self.stateless and bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
         self.initialized = True
         if self._on_init is not None:
             self._on_init()

@@ -37,9 +37,6 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 class WritableCheckpointFS(CheckpointFS):
     """``CheckpointFS`` of a checkpoint opened for writing (``mode="r+"``)."""
 
-    stateless = False
-    """Every open reaches ``open``: a write's needs its handle, and a read's must not outlive a write it missed."""
-
     def __init__(self, checkpoint: Checkpoint, layout: Layout, on_init: Callable[[], None] | None = None, *,
                  uid: int | None = None, gid: int | None = None, umask: int | None = None) -> None:
         super().__init__(checkpoint, layout, on_init, uid=uid, gid=gid, umask=umask)

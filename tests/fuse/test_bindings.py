@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckptfs.fuse import bindings as libfuse
+from ckptfs.fuse import lowlevel as ll
 
 mfusepy = libfuse.load_mfusepy()
 
@@ -83,3 +84,86 @@ def test_the_operations_table_and_file_handle_match_fuse_h(header: dict[str, tup
     for name in ("getattr", "readdir", "read_buf", "init"):
         assert _field(operations, name) == header[f"fuse_operations.{name}"], name
     assert _field(mfusepy.fuse_file_info, "fh") == header["fuse_file_info.fh"]
+
+
+LOWLEVEL_PROBE = r"""
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/statvfs.h>
+#define FIELD(type, field) printf(#type "." #field " %zu %zu\n", offsetof(struct type, field), sizeof(((struct type *)0)->field))
+#define OP(field) FIELD(fuse_lowlevel_ops, field)
+int main(void) {
+    printf("fuse_lowlevel_ops %zu\n", sizeof(struct fuse_lowlevel_ops));
+    OP(init); OP(destroy); OP(lookup); OP(forget); OP(getattr); OP(setattr); OP(readlink); OP(mknod); OP(mkdir);
+    OP(unlink); OP(rmdir); OP(symlink); OP(rename); OP(link); OP(open); OP(read); OP(write); OP(flush); OP(release);
+    OP(fsync); OP(opendir); OP(readdir); OP(releasedir); OP(fsyncdir); OP(statfs); OP(setxattr); OP(getxattr);
+    OP(listxattr); OP(removexattr); OP(access); OP(create); OP(getlk); OP(setlk); OP(bmap); OP(ioctl); OP(poll);
+    OP(write_buf); OP(retrieve_reply); OP(forget_multi); OP(flock); OP(fallocate); OP(readdirplus);
+    OP(copy_file_range); OP(lseek);
+    printf("fuse_entry_param %zu\n", sizeof(struct fuse_entry_param));
+    FIELD(fuse_entry_param, ino); FIELD(fuse_entry_param, generation); FIELD(fuse_entry_param, attr);
+    FIELD(fuse_entry_param, attr_timeout); FIELD(fuse_entry_param, entry_timeout);
+    printf("fuse_conn_info %zu\n", sizeof(struct fuse_conn_info));
+    FIELD(fuse_conn_info, max_read); FIELD(fuse_conn_info, max_readahead); FIELD(fuse_conn_info, capable);
+    FIELD(fuse_conn_info, want); FIELD(fuse_conn_info, reserved);
+    printf("fuse_file_info %zu\n", sizeof(struct fuse_file_info));
+    FIELD(fuse_file_info, flags); FIELD(fuse_file_info, fh); FIELD(fuse_file_info, poll_events);
+    printf("fuse_args %zu\n", sizeof(struct fuse_args));
+    FIELD(fuse_args, argc); FIELD(fuse_args, argv); FIELD(fuse_args, allocated);
+    printf("statvfs %zu\n", sizeof(struct statvfs));
+    FIELD(statvfs, f_bsize); FIELD(statvfs, f_frsize); FIELD(statvfs, f_blocks); FIELD(statvfs, f_bfree);
+    FIELD(statvfs, f_bavail); FIELD(statvfs, f_files); FIELD(statvfs, f_ffree); FIELD(statvfs, f_namemax);
+    printf("stat %zu\n", sizeof(struct stat));
+    printf("FUSE_CAP_NO_OPENDIR_SUPPORT %d\n", FUSE_CAP_NO_OPENDIR_SUPPORT);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def lowlevel_header(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, ...]]:
+    """What the installed ``fuse_lowlevel.h`` says, as ``header`` (FUSE_USE_VERSION 34, ckptfs' own)."""
+    if shutil.which("gcc") is None or not Path("/usr/include/fuse3/fuse_lowlevel.h").exists():
+        pytest.fail("gcc and libfuse3-dev are needed (scripts/setup --test installs them)")
+    directory = tmp_path_factory.mktemp("lowlevel_probe")
+    (directory / "probe.c").write_text(LOWLEVEL_PROBE)
+    subprocess.run(["gcc", "-I/usr/include/fuse3", "-o", str(directory / "probe"), str(directory / "probe.c")],
+                   check=True)
+    output = subprocess.run([str(directory / "probe")], check=True, capture_output=True, text=True).stdout
+    return {name: tuple(int(n) for n in rest) for name, *rest in (line.split() for line in output.splitlines())}
+
+
+def test_the_lowlevel_operations_table_matches_fuse_lowlevel_h(lowlevel_header: dict[str, tuple[int, ...]]) -> None:
+    assert (ctypes.sizeof(ll.LowLevelOps),) == lowlevel_header["fuse_lowlevel_ops"]
+    for name in ll.OPERATIONS:
+        assert _field(ll.LowLevelOps, name) == lowlevel_header[f"fuse_lowlevel_ops.{name}"], name
+    assert len(ll.OPERATIONS) == len([key for key in lowlevel_header if key.startswith("fuse_lowlevel_ops.")])
+
+
+@pytest.mark.parametrize(("structure", "c_name", "fields"), [
+    (ll.FuseEntryParam, "fuse_entry_param", ("ino", "generation", "attr", "attr_timeout", "entry_timeout")),
+    (ll.FuseConnInfo, "fuse_conn_info", ("max_read", "max_readahead", "capable", "want", "reserved")),
+    (ll.FuseFileInfo, "fuse_file_info", ("flags", "fh", "poll_events")),
+    (ll.FuseArgs, "fuse_args", ("argc", "argv", "allocated")),
+    (ll.StatVfs, "statvfs", ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree",
+                             "f_namemax")),
+])
+def test_lowlevel_structures_match_the_headers(lowlevel_header: dict[str, tuple[int, ...]],
+                                               structure: type[ctypes.Structure], c_name: str,
+                                               fields: tuple[str, ...]) -> None:
+    assert (ctypes.sizeof(structure),) == lowlevel_header[c_name]
+    for name in fields:
+        assert _field(structure, name) == lowlevel_header[f"{c_name}.{name}"], name
+    assert (ctypes.sizeof(ll.Stat),) == lowlevel_header["stat"]
+    assert (ll.FUSE_CAP_NO_OPENDIR_SUPPORT,) == lowlevel_header["FUSE_CAP_NO_OPENDIR_SUPPORT"]
+
+
+def test_a_bufvec_of_fd_ranges_and_bytes_is_freed_whole() -> None:
+    address = libfuse.bufvec([(5, 100, 10), b"abc", b""])
+    vec = libfuse.FuseBufvec.from_address(address)
+    bufs = (libfuse.FuseBuf * vec.count).from_address(address + libfuse.FuseBufvec.buf.offset)
+    assert [(b.size, b.fd, b.pos) for b in bufs][0] == (10, 5, 100)
+    assert ctypes.string_at(bufs[1].mem, bufs[1].size) == b"abc" and bufs[2].size == 0
+    libfuse.free_bufvec(address)  # glibc aborts the process on a bad or double free: the test would not pass

@@ -18,6 +18,7 @@ from ckptfs.fs.nodes import Dir
 from ckptfs.fs.pieces import Content, Literal, piece_bytes
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import operations as fuse_ops
+from ckptfs.fuse.inodes import InodeFS
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.sources import BytesSource
 
@@ -141,51 +142,56 @@ def test_a_read_across_a_views_header_is_one_answer_with_its_data_as_fd_ranges(t
         assert sorted(length for _, _, length in stored) == sorted([v.nbytes, w.nbytes])  # t is gathered
 
 
-def _read_by_path(fs: fuse_ops.CheckpointFS, path: str, size: int, offset: int) -> bytes | int:
-    """A read as libfuse makes it without an open (file handle 0): the bytes its bufvec holds, or the error."""
-    raw = ctypes.create_string_buffer(path.encode())
+def _read_by_ino(fs: InodeFS, ino: int, size: int, offset: int) -> bytes | int:
+    """A read as libfuse's low-level API makes it without an open (file handle 0): the bytes its bufvec holds, or
+    the error."""
     answer = ctypes.c_void_p()
-    status = fs.read_buf(ctypes.addressof(answer), size, offset, 0, ctypes.addressof(raw))
+    status = fs.read_buf(ctypes.addressof(answer), size, offset, 0, ino)
     if status:
         return status
     assert answer.value is not None
     vec = libfuse.FuseBufvec.from_address(answer.value)
     bufs = (libfuse.FuseBuf * vec.count).from_address(answer.value + libfuse.FuseBufvec.buf.offset)
-    return b"".join(os.pread(buf.fd, buf.size, buf.pos) if buf.flags & libfuse.FUSE_BUF_IS_FD else
-                    ctypes.string_at(buf.mem, buf.size) for buf in bufs)
+    try:
+        return b"".join(os.pread(buf.fd, buf.size, buf.pos) if buf.flags & libfuse.FUSE_BUF_IS_FD else
+                        ctypes.string_at(buf.mem, buf.size) for buf in bufs)
+    finally:
+        libfuse.free_bufvec(answer.value)
 
 
-def test_reads_without_an_open_find_each_file_by_path(tmp_path: Path) -> None:
+def test_reads_without_an_open_find_each_file_by_inode_number(tmp_path: Path) -> None:
     w = torch.arange(6.0)
     with ckptfs.open(save_zip({"w": w, "lr": 0.5, "name": "é" * 50, "t": w[::2]}, tmp_path / "r.pt")) as ck:
         layout = Layout(ck)
-        fs = fuse_ops.CheckpointFS(ck, layout)
-        assert fs.stateless
+        fs = InodeFS(ck, layout)
+        npy = layout.pieces(layout.lookup("/w.npy"))  # type: ignore[arg-type]
         wanted = {"/w": w.numpy().tobytes(), "/t": w[::2].numpy().tobytes(), "/lr": b"0.5\n",
                   "/name": ("é" * 50 + "\n").encode(), "/w.json": bytes(layout.content(layout.lookup("/w.json"))),
+                  "/w.npy": b"".join(piece_bytes(piece, ck.read) for piece in npy),
                   "/.ckptfs/index.json": bytes(layout.index_bytes())}
+        inos = {path: layout.lookup(path).ino for path in wanted}  # type: ignore[union-attr]
         for _ in range(2):  # made, then kept
             for path, data in wanted.items():
-                assert _read_by_path(fs, path, 1 << 20, 0) == data, path
-                assert _read_by_path(fs, path, 7, 3) == data[3:10], path
-                assert _read_by_path(fs, path, 10, len(data)) == b""
+                assert _read_by_ino(fs, inos[path], 1 << 20, 0) == data, path
+                assert _read_by_ino(fs, inos[path], 7, 3) == data[3:10], path
+                assert _read_by_ino(fs, inos[path], 10, len(data)) == b""
         assert len(fs._kept) == len(wanted)
-        for missing in ("/nothing", "/", "/w/x"):
-            assert _read_by_path(fs, missing, 10, 0) == -errno.EIO
+        for missing in (1, 2, inos["/w"] + 7, 1 << 40):  # the root, /.ckptfs, a free view slot, no block's
+            assert _read_by_ino(fs, missing, 10, 0) == -errno.EIO
 
 
 def test_files_kept_for_reads_without_an_open_are_bounded(tmp_path: Path) -> None:
     kept = KeptFiles(files=3, nbytes=100)
     made = [OpenFile(str(i), Content([Literal(bytes(30))]), data=bytes(30)) for i in range(5)]
     for i, opened in enumerate(made[:3]):
-        kept.add(str(i).encode(), opened)
-    assert len(kept) == 3 and kept.nbytes == 90 and kept.get(b"2") is made[2]
-    kept.add(b"3", made[3])  # a fourth file: all let go first
-    assert len(kept) == 1 and kept.nbytes == 30 and kept.get(b"0") is None and kept.get(b"3") is made[3]
+        kept.add(i, opened)
+    assert len(kept) == 3 and kept.nbytes == 90 and kept.get(2) is made[2]
+    kept.add(3, made[3])  # a fourth file: all let go first
+    assert len(kept) == 1 and kept.nbytes == 30 and kept.get(0) is None and kept.get(3) is made[3]
     big = OpenFile("big", Content([Literal(bytes(500)), Literal(bytes(20))]))
-    kept.add(b"big", big)  # over the bytes alone: kept by itself
-    assert len(kept) == 1 and kept.nbytes == 520 and kept.get(b"big") is big
-    kept.add(b"4", made[4])
+    kept.add(99, big)  # over the bytes alone: kept by itself
+    assert len(kept) == 1 and kept.nbytes == 520 and kept.get(99) is big
+    kept.add(4, made[4])
     assert len(kept) == 1 and kept.nbytes == 30
 
 

@@ -196,6 +196,8 @@ def test_debug_logs_requests_and_listings_carry_attributes(source: Path, mounter
     assert "callback" not in log.lower()  # mfusepy's set-up: a line per callback it installs
     # Every entry came with its attributes: ls -lR looked nothing up and asked no attributes again.
     assert "LOOKUP" not in opcodes[opcodes.index("READDIRPLUS"):], opcodes
+    # The first open of a file or directory is answered ENOSYS: the kernel sends no other (no_open, no_opendir).
+    assert opcodes.count("OPENDIR") <= 1 and opcodes.count("OPEN") <= 1 and "RELEASEDIR" not in opcodes, opcodes
 
 
 def test_a_bad_read_is_eio_and_the_daemon_lives_on(tmp_path: Path, mounter: Mounter) -> None:

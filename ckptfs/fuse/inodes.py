@@ -1,0 +1,269 @@
+"""A read-only mount answered by inode number, on libfuse3's low-level API (``fuse.lowlevel``).
+
+libfuse then keeps no node table and no path per entry: every request names
+an inode number, and ``Layout.node_at`` finds its node from the number alone
+(its container's block, the child's position, the view's slot). Nothing is
+kept per number handed to the kernel, so FORGETs free nothing (libfuse answers
+them itself). The nodes below ``/.zarr`` have numbers of their own
+(``fs.zarr``): those handed out are kept by number, as many as ``/.zarr``'s
+directories already hold.
+
+Directories and files need no open (ENOSYS: the kernel's ``no_opendir`` and
+``no_open``, which also keep listings and pages cached); reads find their file
+by inode number among those kept (``fuse.opened``) and are answered with the
+bufvecs ``CheckpointFS.read_buf`` makes (file-descriptor ranges where it can).
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import errno
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+from ckptfs.errors import CkptfsError
+from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.zarr import ZARR_INO, ZarrDir
+from ckptfs.fuse import bindings as libfuse
+from ckptfs.fuse import lowlevel as ll
+from ckptfs.fuse.opened import KeptFiles, OpenFile
+from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
+from ckptfs.gc_pause import gc_paused
+
+log = logging.getLogger("ckptfs.fuse.mount")
+
+ENTRY_SIZE = ctypes.sizeof(ll.FuseEntryParam)
+ATTR = ll.FuseEntryParam.attr.offset
+_ADDRESS = ctypes.addressof
+
+
+def _answering(method: Callable[..., None]) -> Callable[..., None]:
+    """A callback that answers EIO (logged) whatever goes wrong: an unanswered request would hang its caller."""
+
+    @functools.wraps(method)
+    def answer(self: InodeFS, req: int, *args: Any) -> None:
+        try:
+            method(self, req, *args)
+        except BaseException:
+            log.exception("%s", method.__name__)
+            ll.reply_err(req, errno.EIO)
+
+    return answer
+
+
+class InodeFS(CheckpointFS):
+    """``CheckpointFS``'s attributes, listings and reads, as callbacks of libfuse's low-level API."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._kept = KeptFiles()
+        """Files of reads, by inode number."""
+        self._mirrored: dict[int, Node] = {}
+        """The nodes below ``/.zarr`` handed to the kernel, by inode number."""
+        self.no_open = self.no_opendir = False
+        """Opens of files (directories) answered with ENOSYS, once the kernel has said it takes that (``_init``)."""
+        self._operations: ll.LowLevelOps | None = None
+        entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
+        ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
+        self._entry = bytes(entry)
+        """What every ``fuse_entry_param`` shares: the ``struct stat`` template and the timeouts."""
+
+    def operations(self) -> ll.LowLevelOps:
+        """The callbacks, kept on this object as long as it lives (libfuse holds plain pointers to them)."""
+        found = self._operations
+        if found is None:
+            found = self._operations = ll.LowLevelOps(
+                init=ll.INIT(self._init), lookup=ll.LOOKUP(self._lookup), getattr=ll.WITH_FILE(self._getattr),
+                readlink=ll.BY_INO(self._readlink), open=ll.WITH_FILE(self._open_file),
+                opendir=ll.WITH_FILE(self._opendir), read=ll.LISTING(self._read), readdir=ll.LISTING(self._readdir),
+                readdirplus=ll.LISTING(self._readdirplus), statfs=ll.BY_INO(self._statfs))
+        return found
+
+    # -- nodes by number -----------------------------------------------------------
+
+    def at(self, ino: int) -> Node | None:
+        if ino >= ZARR_INO:
+            return self._mirrored.get(ino)
+        return self.layout.node_at(ino)
+
+    def _hand_out(self, node: Node) -> None:
+        if node.ino >= ZARR_INO:
+            self._mirrored[node.ino] = node
+
+    def _directory(self, req: int, ino: int) -> Dir | None:
+        """The directory ``ino``; None, the request answered, if there is none."""
+        node = self.at(ino)
+        if isinstance(node, Dir):
+            return node
+        ll.reply_err(req, errno.ENOENT if node is None else errno.ENOTDIR)
+        return None
+
+    # -- callbacks -----------------------------------------------------------------
+
+    def _init(self, userdata: int, conn_pointer: Any) -> None:
+        conn = conn_pointer.contents
+        conn.max_read = conn.max_readahead = libfuse.MAX_READ  # max_read: as the -o max_read given to the session
+        wanted = libfuse.FUSE_CAP_READDIRPLUS | libfuse.FUSE_CAP_CACHE_SYMLINKS | libfuse.FUSE_CAP_SPLICE_WRITE
+        # Readdirplus always, not only for a directory's first request: find -ls then needs no lookups.
+        conn.want = (conn.want | (conn.capable & wanted)) & ~libfuse.FUSE_CAP_READDIRPLUS_AUTO
+        # A kernel without no_open (no_opendir) would fail the open answered with ENOSYS: opens are answered then.
+        self.no_open = bool(conn.capable & libfuse.FUSE_CAP_NO_OPEN_SUPPORT)
+        self.no_opendir = bool(conn.capable & ll.FUSE_CAP_NO_OPENDIR_SUPPORT)
+        self.initialized = True
+        if self._on_init is not None:
+            self._on_init()
+
+    @_answering
+    def _lookup(self, req: int, parent: int, name: bytes) -> None:
+        directory = self._directory(req, parent)
+        if directory is None:
+            return
+        entry = ll.FuseEntryParam.from_buffer_copy(self._entry)  # inode 0: a negative entry, cached as long
+        node = self.layout.entry(directory, name.decode("utf-8", "surrogateescape"))
+        if node is not None:
+            self._hand_out(node)
+            entry.ino = node.ino
+            self._fill(entry.attr, node)
+        ll.reply_entry(req, _ADDRESS(entry))
+
+    @_answering
+    def _getattr(self, req: int, ino: int, fi: int | None) -> None:
+        node = self.at(ino)
+        if node is None:
+            ll.reply_err(req, errno.ENOENT)
+            return
+        st = ll.Stat.from_buffer_copy(self._template)
+        self._fill(st, node)
+        ll.reply_attr(req, _ADDRESS(st), CACHE_TIMEOUT)
+
+    @_answering
+    def _readlink(self, req: int, ino: int) -> None:
+        node = self.at(ino)
+        if node is None or (node.kind is not Kind.LINK and node.kind is not Kind.VIEW_LINK):
+            ll.reply_err(req, errno.ENOENT if node is None else errno.EINVAL)
+            return
+        ll.reply_readlink(req, self.layout.link_target(node).encode("utf-8", "surrogateescape"))
+
+    @_answering
+    def _open_file(self, req: int, ino: int, fi: int) -> None:
+        if ll.FuseFileInfo.from_address(fi).flags & os.O_ACCMODE != os.O_RDONLY:
+            ll.reply_err(req, errno.EROFS)
+        elif self.no_open:
+            ll.reply_err(req, errno.ENOSYS)
+        else:
+            ll.reply_open(req, fi)  # handle 0: reads find their file by number all the same
+
+    @_answering
+    def _opendir(self, req: int, ino: int, fi: int | None) -> None:
+        if self.no_opendir:
+            ll.reply_err(req, errno.ENOSYS)
+        else:
+            ll.reply_open(req, fi)
+
+    @_answering
+    def _readdir(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
+        self._list(req, ino, size, offset, False)
+
+    @_answering
+    def _readdirplus(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
+        self._list(req, ino, size, offset, True)
+
+    def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> None:
+        """Entries from ``offset`` on (each with its attributes if ``plus``) until ``size`` bytes are full, from
+        the windows ``CheckpointFS`` makes (each entry's ``fuse_entry_param`` one after another)."""
+        directory = self._directory(req, ino)
+        if directory is None:
+            return
+        with gc_paused():
+            sizes = self._listing(directory).sizes
+            if isinstance(directory, ZarrDir):
+                self._mirrored.update((node.ino, node) for node in directory.head)
+            buffer = ctypes.create_string_buffer(size)
+            base, used = _ADDRESS(buffer), 0
+            add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
+            position = offset
+            while position < len(sizes):
+                window = self._window
+                if window is None or window.directory is not directory or not (
+                        window.start <= position < window.start + len(window.names)):
+                    window = self._make_window(directory, position, sizes)
+                start, names, address = window.start, window.names, window.address + field
+                for index in range(position - start, len(names)):
+                    entry = address + index * ENTRY_SIZE
+                    if plus and start + index < 2:  # . and ..: inode 0, the kernel takes no lookup reference
+                        dot = ll.FuseEntryParam.from_buffer_copy(window.memory, index * ENTRY_SIZE)
+                        dot.ino = 0
+                        entry = _ADDRESS(dot)
+                    need = add(req, base + used, size - used, names[index], entry, start + index + 1)
+                    if need > size - used:
+                        ll.reply_buf(req, base, used)
+                        return
+                    used += need
+                position = start + len(names)
+        ll.reply_buf(req, base, used)
+
+    def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
+        """A window's ``fuse_entry_param``s, one after another: the template repeated, the fields that differ
+        written a column at a time."""
+        memory = bytearray(self._entry * len(inos))
+        view = memoryview(memory)
+        _column(view, 0, 8, inos)
+        _column(view, ATTR + ll.Stat.st_ino.offset, ll.Stat.st_ino.size, inos)
+        _column(view, ATTR + ll.Stat.st_mode.offset, ll.Stat.st_mode.size, modes)
+        _column(view, ATTR + ll.Stat.st_size.offset, ll.Stat.st_size.size, sizes)
+        _column(view, ATTR + ll.Stat.st_blocks.offset, ll.Stat.st_blocks.size, [(n + 511) >> 9 for n in sizes])
+        return memory
+
+    @_answering
+    def _read(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
+        opened = self._unopened(ino)
+        if opened is not None and opened.data is not None:  # generated bytes (a value's): no bufvec to make and free
+            chunk = bytes(memoryview(opened.data)[offset : offset + size])
+            ll.reply_buf(req, chunk, len(chunk))
+            return
+        bufvec = ctypes.c_void_p()
+        failed = self.read_buf(_ADDRESS(bufvec), size, offset, 0, ino)
+        if failed:
+            ll.reply_err(req, -failed)
+            return
+        try:
+            ll.reply_data(req, bufvec.value, 0)
+        finally:
+            libfuse.free_bufvec(bufvec.value or 0)
+
+    def _unopened(self, ino: int) -> OpenFile | None:
+        """The file ``ino`` as an open would make it, kept for the reads that follow; None (logged) if it cannot be
+        made, as an open would fail."""
+        opened = self._kept.get(ino)
+        if opened is not None:
+            return opened
+        node = self.at(ino)
+        if node is None or node.kind is Kind.DIR:
+            log.error("inode %d: read of no file", ino)
+            return None
+        path = "/" + self.layout.path_of(node)  # as logs named it when reads came with paths
+        try:
+            opened = self._open(path, node)
+        except (CkptfsError, OSError) as exc:
+            log.error("%s: %s", path, exc)
+            return None
+        self._kept.add(ino, opened)
+        return opened
+
+    @_answering
+    def _statfs(self, req: int, ino: int) -> None:
+        found = ll.StatVfs(**self.statfs("/"))
+        ll.reply_statfs(req, _ADDRESS(found))
+
+
+_CODES = {2: "H", 4: "I", 8: "Q"}
+
+
+def _column(view: memoryview, offset: int, size: int, values: list[int] | array.array[int]) -> None:
+    """Writes ``values[i]`` at ``offset`` (a field of ``size`` bytes) of the i-th ``fuse_entry_param`` in ``view``."""
+    code = _CODES[size]
+    column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
+    view.cast(code)[offset // size :: ENTRY_SIZE // size] = column

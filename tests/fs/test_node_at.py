@@ -1,0 +1,61 @@
+"""``Layout.node_at``: every entry of the tree found from its inode number alone, nothing else from any number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from corpus import save_zip
+
+import ckptfs
+from ckptfs.fs.layout import SLOTS, Layout
+from ckptfs.fs.nodes import Dir, Node
+from ckptfs.fs.zarr import ZARR_INO
+
+
+def _tree() -> dict[str, Any]:
+    shared = torch.arange(6.0)
+    return {"model": {"layer.0.w": shared, "layer.0.b": torch.zeros(2), "layer.1.w": torch.ones(2, 3, dtype=torch.int8),
+                      "tied": shared, "bf": torch.ones(2, dtype=torch.bfloat16)},
+            "steps": [1, 2.5, "x", None, [torch.ones(1)]], "epoch": 3, "q": torch.quantize_per_channel(
+                torch.randn(2, 3), torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, torch.qint8),
+            "empty": {}, "again": shared}
+
+
+def _entries(layout: Layout) -> dict[int, tuple[str, Any, str]]:
+    """Every entry listed below the root (``/.zarr`` apart), by inode number: path, kind, name."""
+    found: dict[int, tuple[str, Any, str]] = {}
+    stack: list[Node] = [layout.root]
+    while stack:
+        node = stack.pop()
+        found[node.ino] = (layout.path_of(node), node.kind, node.name)
+        if isinstance(node, Dir):
+            stack.extend(layout.listing(node))
+    return found
+
+
+@pytest.mark.parametrize("options", [{}, {"nest": True}, {"views": ("json",)}])
+def test_every_entry_is_found_by_its_number_in_a_fresh_layout(tmp_path: Path, options: dict[str, Any]) -> None:
+    path = save_zip(_tree(), tmp_path / "t.pt")
+    with ckptfs.open(path) as ck:
+        listed = _entries(Layout(ck, **options))
+    assert all(ino < ZARR_INO for ino in listed)
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck, **options)  # nothing looked up or listed: each number alone leads to its node
+        for ino, (where, kind, name) in listed.items():
+            node = layout.node_at(ino)
+            assert node is not None, where
+            assert (node.ino, layout.path_of(node), node.kind, node.name) == (ino, where, kind, name)
+        for ino in range(0, max(listed) + 4 * SLOTS):
+            if ino not in listed:
+                assert layout.node_at(ino) is None, ino
+
+
+def test_a_root_that_is_no_container(tmp_path: Path) -> None:
+    with ckptfs.open(save_zip(torch.ones(3), tmp_path / "r.pt")) as ck:
+        listed = _entries(Layout(ck))
+        layout = Layout(ck)
+        assert {ino: layout.path_of(layout.node_at(ino)) for ino in listed} == {  # type: ignore[arg-type]
+            ino: where for ino, (where, _, _) in listed.items()}
