@@ -218,15 +218,17 @@ def test_a_source_with_buffers_is_answered_from_its_descriptor_leased_until_the_
     w = torch.arange(5000.0)
     source = _LeasingSource(save_zip({"w": w, "t": w[::2]}, tmp_path / "l.pt").read_bytes())
     with ckptfs.open(source) as ck:
-        fs = fuse_ops.CheckpointFS(ck, Layout(ck))
-        assert _read_by_path(fs, "/w", 8000, 100) == w.numpy().tobytes()[100:8100]
+        layout = Layout(ck)
+        fs = InodeFS(ck, layout)
+        w_ino, t_ino = layout.lookup("/w").ino, layout.lookup("/t").ino  # type: ignore[union-attr]
+        assert _read_by_ino(fs, w_ino, 8000, 100) == w.numpy().tobytes()[100:8100]
         answer = ctypes.c_void_p()
-        raw = ctypes.create_string_buffer(b"/w")
-        assert fs.read_buf(ctypes.addressof(answer), 4096, 0, 0, ctypes.addressof(raw)) == 0
+        assert fs.read_buf(ctypes.addressof(answer), 4096, 0, 0, w_ino) == 0
         assert len(source.leased) == 1  # the last reply's, held while libfuse sends it: the one before released
         bufs = (libfuse.FuseBuf * 2).from_address(answer.value + libfuse.FuseBufvec.buf.offset)  # type: ignore
         assert bufs[0].flags & libfuse.FUSE_BUF_IS_FD and (bufs[0].fd, bufs[0].size) == (source.fd, 2048)
         assert not bufs[1].flags & libfuse.FUSE_BUF_IS_FD and bufs[1].size == 2048
-        assert _read_by_path(fs, "/t", 1 << 20, 0) == w[::2].numpy().tobytes()  # gathered: no lease
+        libfuse.free_bufvec(answer.value)
+        assert _read_by_ino(fs, t_ino, 1 << 20, 0) == w[::2].numpy().tobytes()  # gathered: no lease
         assert source.leased == []
     os.close(source.fd)
