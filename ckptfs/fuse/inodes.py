@@ -184,14 +184,9 @@ class InodeFS(CheckpointFS):
             buffer = ctypes.create_string_buffer(size)
             base, used = _ADDRESS(buffer), 0
             add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
-            position = offset
-            while position < len(sizes):
-                window = self._window
-                if window is None or window.directory is not directory or not (
-                        window.start <= position < window.start + len(window.names)):
-                    window = self._make_window(directory, position, sizes)
+            for window, first in self._windows(directory, offset, sizes):
                 start, names, address = window.start, window.names, window.address + field
-                for index in range(position - start, len(names)):
+                for index in range(first, len(names)):
                     entry = address + index * ENTRY_SIZE
                     if plus and start + index < 2:  # . and ..: inode 0, the kernel takes no lookup reference
                         dot = ll.FuseEntryParam.from_buffer_copy(window.memory, index * ENTRY_SIZE)
@@ -202,7 +197,6 @@ class InodeFS(CheckpointFS):
                         ll.reply_buf(req, base, used)
                         return
                     used += need
-                position = start + len(names)
         ll.reply_buf(req, base, used)
 
     def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:

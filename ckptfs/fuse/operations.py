@@ -22,7 +22,7 @@ import os
 import stat
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import CkptfsError, ObjectChangedError
@@ -181,18 +181,22 @@ class CheckpointFS:
         sizes = self._listing(directory).sizes
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
         fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
-        position = offset
+        for window, first in self._windows(directory, offset, sizes):
+            start, names, address = window.start, window.names, window.address
+            for index in range(first, len(names)):
+                if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
+                    return 0
+        return 0
+
+    def _windows(self, directory: Dir, position: int, sizes: array.array[int]) -> Iterator[tuple[_Window, int]]:
+        """The windows of a listing from entry ``position`` on, each with the index of its first entry wanted."""
         while position < len(sizes):
             window = self._window
             if window is None or window.directory is not directory or not (
                     window.start <= position < window.start + len(window.names)):
                 window = self._make_window(directory, position, sizes)
-            start, names, address = window.start, window.names, window.address
-            for index in range(position - start, len(names)):
-                if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
-                    return 0
-            position = start + len(names)
-        return 0
+            yield window, position - window.start
+            position = window.start + len(window.names)
 
     def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
         """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""

@@ -45,17 +45,23 @@ int main(void) {
 """
 
 
-@pytest.fixture(scope="module")
-def header(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, ...]]:
-    """What the installed libfuse3 headers say, by a C program compiled against them."""
-    if shutil.which("gcc") is None or not Path("/usr/include/fuse3/fuse.h").exists():
+def _probe(tmp_path_factory: pytest.TempPathFactory, name: str, program: str,
+           header_file: str) -> dict[str, tuple[int, ...]]:
+    """The ``NAME NUMBER...`` lines a C program compiled against the installed libfuse3 headers prints."""
+    if shutil.which("gcc") is None or not Path("/usr/include/fuse3", header_file).exists():
         pytest.fail("gcc and libfuse3-dev are needed (scripts/setup --test installs them)")
-    directory = tmp_path_factory.mktemp("probe")
-    (directory / "probe.c").write_text(PROBE)
+    directory = tmp_path_factory.mktemp(name)
+    (directory / "probe.c").write_text(program)
     subprocess.run(["gcc", "-I/usr/include/fuse3", "-o", str(directory / "probe"), str(directory / "probe.c")],
                    check=True)
     output = subprocess.run([str(directory / "probe")], check=True, capture_output=True, text=True).stdout
     return {name: tuple(int(n) for n in rest) for name, *rest in (line.split() for line in output.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def header(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, ...]]:
+    """What the installed libfuse3 headers say, by a C program compiled against them."""
+    return _probe(tmp_path_factory, "probe", PROBE, "fuse.h")
 
 
 def _field(structure: type[ctypes.Structure], name: str) -> tuple[int, int]:
@@ -125,14 +131,7 @@ int main(void) {
 @pytest.fixture(scope="module")
 def lowlevel_header(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, ...]]:
     """What the installed ``fuse_lowlevel.h`` says, as ``header`` (FUSE_USE_VERSION 34, ckptfs' own)."""
-    if shutil.which("gcc") is None or not Path("/usr/include/fuse3/fuse_lowlevel.h").exists():
-        pytest.fail("gcc and libfuse3-dev are needed (scripts/setup --test installs them)")
-    directory = tmp_path_factory.mktemp("lowlevel_probe")
-    (directory / "probe.c").write_text(LOWLEVEL_PROBE)
-    subprocess.run(["gcc", "-I/usr/include/fuse3", "-o", str(directory / "probe"), str(directory / "probe.c")],
-                   check=True)
-    output = subprocess.run([str(directory / "probe")], check=True, capture_output=True, text=True).stdout
-    return {name: tuple(int(n) for n in rest) for name, *rest in (line.split() for line in output.splitlines())}
+    return _probe(tmp_path_factory, "lowlevel_probe", LOWLEVEL_PROBE, "fuse_lowlevel.h")
 
 
 def test_the_lowlevel_operations_table_matches_fuse_lowlevel_h(lowlevel_header: dict[str, tuple[int, ...]]) -> None:
