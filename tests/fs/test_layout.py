@@ -71,6 +71,7 @@ _int_like_keys = st.one_of(st.integers(-20, 20), st.integers(-20, 20).map(str),
 
 
 @given(st.lists(_int_like_keys, max_size=12))
+@example(["0" * 26 + "\x1f0" * 80 + "\u0155"])  # long enough once escaped to be shortened (found on a fresh machine)
 def test_keys_of_one_container_get_distinct_reversible_names(keys: list[Any]) -> None:
     distinct = list(dict.fromkeys(keys, None))
     distinct = [k for k in distinct if not (type(k) is bool and any(type(o) is int and o == k for o in distinct))]
@@ -79,9 +80,8 @@ def test_keys_of_one_container_get_distinct_reversible_names(keys: list[Any]) ->
     for name, key in zip(names, distinct):
         assert name == entry_name(key, beside_int=type(key) is str and key in {str(k) for k in distinct
                                                                              if type(k) is int})
-    shortened = ["%~" in name for name in names]
-    assert [k for k, cut in zip(_decodes_in(names, distinct), shortened) if not cut] == [
-        encode_key(k) for k, cut in zip(distinct, shortened) if not cut]
+    whole = [(name, key) for name, key in zip(names, distinct) if "%~" not in name]  # a shortened name has no key
+    assert _decodes_in([name for name, _ in whole], distinct) == [encode_key(key) for _, key in whole]
 
 
 def test_repeated_keys_get_a_position_suffix() -> None:
