@@ -34,9 +34,9 @@ class Block:
         self.offset = offset
         self.size = size
         self.view = view
+        """Writable: a fetch fills it; read-only in use once the cache holds it."""
         self.fresh = fresh
         """Pages of the memfd never written that this block (and a little past it) lies on: ``populate`` them."""
-        """Writable: a fetch fills it; read-only in use once the cache holds it."""
         self.leases = 0
         """Replies being sent from it now."""
         self.evicted = False
