@@ -8,11 +8,12 @@ sequential stream's read-ahead is fetched in the background while the reader con
 parts on their own connections (``parts.PartPool``, at most ``max_connections``). How far it runs grows only with
 what the reader has read (``cache.ReadAhead``); the connections' measured rate says how many parts of it are
 fetched at once (``PartPool.parts``) and lets it grow, over slow connections, to half as many PARTs again, at most
-three quarters of the cache (``_window``), fetches under way counted in it. A read needing
-bytes of a background fetch waits for it rather than fetching them twice. Fetches go into blocks of a memfd,
-reused once evicted, that a mount replies from by file descriptor (``blocks``, ``buffers``). Told where the
-checkpoint's storages lie (``set_extents``), read-ahead stops at a storage's end until the reader goes on into the next (``cache.ReadAhead``). With a disk cache (``disk_cache``),
-fetches are whole 1 MiB blocks, read from disk when a checked copy is there.
+three quarters of the cache (``_window``), fetches under way counted in it. A read needing bytes of a background
+fetch waits for it rather than fetching them twice. Fetches go into blocks of a memfd, reused once evicted, that a
+mount replies from by file descriptor (``blocks``, ``buffers``). Told where the checkpoint's storages lie
+(``set_extents``), read-ahead stops at a storage's end until the reader goes on into the next
+(``cache.ReadAhead``). With a disk cache (``disk_cache``), fetches are whole 1 MiB blocks, read from disk when a
+checked copy is there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import functools
 import logging
 import threading
 from concurrent.futures import Future
+from typing import Callable, TypeVar
 
 from ckptfs.errors import SourceError
 from ckptfs.sources.base import SourceStat
@@ -32,6 +34,8 @@ from ckptfs.sources.remote.parts import MIN_PARTS, PartPool
 from ckptfs.sources.remote.ranged_get import ObjectVersion, RangedGetter
 
 log = logging.getLogger("ckptfs.sources.remote")
+
+_Held = TypeVar("_Held")
 
 
 class RemoteSource:
@@ -68,12 +72,9 @@ class RemoteSource:
     def read(self, offset: int, length: int) -> bytes:
         self._check(offset, length)
         end = offset + length
-        with self._lock:
-            self._plan()
-            data = self._cache.held(offset, end)
-            if data is not None:
-                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
-                return data
+        data = self._hit(self._cache.held, offset, end)
+        if data is not None:
+            return data
         result = bytearray(length)
         self._miss(offset, end, memoryview(result))
         return bytes(result)
@@ -84,12 +85,9 @@ class RemoteSource:
         (a read larger than the cache holds, the opening suffix GET's)."""
         self._check(offset, length)
         end = offset + length
-        with self._lock:
-            self._plan()
-            leased = self._cache.lease(offset, end)
-            if leased is not None:
-                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
-                return leased
+        leased = self._hit(self._cache.lease, offset, end)
+        if leased is not None:
+            return leased
         if length > self._cache.capacity // 4:
             return [self.read(offset, length)], []
         self._miss(offset, end, None)
@@ -103,10 +101,16 @@ class RemoteSource:
             with self._lock:
                 self._cache.unlease(leased)
 
-    def _plan(self) -> None:
-        """Under the lock: the parts a stream keeps in flight and its largest window, from the connections' rate."""
-        self._ahead.parts = parts = self._parts.parts()
-        self._ahead.max_window = self._window(parts)
+    def _hit(self, take: Callable[[int, int], _Held | None], offset: int, end: int) -> _Held | None:
+        """What ``take`` (``held`` or ``lease``) finds of ``[offset, end)`` in the cache, its read-ahead started; None
+        on a miss. Either way the parts a stream keeps in flight and its largest window follow the connections' rate."""
+        with self._lock:
+            self._ahead.parts = parts = self._parts.parts()
+            self._ahead.max_window = self._window(parts)
+            found = take(offset, end)
+            if found is not None:
+                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
+            return found
 
     def _check(self, offset: int, length: int) -> None:
         if offset < 0 or length < 0 or offset + length > self.size:
