@@ -55,20 +55,24 @@ class Checkpoint:
     def _collect_tensors(self, limits: Limits) -> None:
         if type(self.root) is dict and self._collect_flat(self.root, limits):
             return
-        path_bytes = TrailCache(0, lambda size, key: size + key_size(key) + 2)  # each key and a separator
+        # Each key once, and for every tensor and alias the path to it (its parent's keys and separators): what
+        # ls, sidecars and the index spell beyond the keys, and what grows with depth.
+        path_bytes = TrailCache(0, lambda size, key: size + key_size(key) + 2)
         key_bytes = 0
         for visit in walk(self.root, limits):
-            if visit.trail is not None:
-                key_bytes += key_size(visit.trail[0])
-            if visit.first and isinstance(visit.value, Tensor):
-                visit.value.trail = visit.trail
-                self.tensors.append(visit.value)
-                if len(self.tensors) > limits.max_tensors:
-                    raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
-                key_bytes += path_bytes.leaf(visit.trail)
-            elif isinstance(visit.value, Tensor):  # an alias: ls spells its whole key path too
-                self.alias_count += 1
-                key_bytes += path_bytes.leaf(visit.trail)
+            trail = visit.trail
+            if isinstance(visit.value, Tensor):
+                if visit.first:
+                    visit.value.trail = trail
+                    self.tensors.append(visit.value)
+                    if len(self.tensors) > limits.max_tensors:
+                        raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
+                else:  # an alias
+                    self.alias_count += 1
+                if trail is not None:
+                    key_bytes += path_bytes.value(trail[1])
+            if trail is not None:
+                key_bytes += key_size(trail[0])
             if key_bytes > limits.max_key_bytes:
                 raise LimitExceededError(f"keys and tensor key paths total more than {limits.max_key_bytes} bytes "
                                          "(limit max_key_bytes)")
@@ -81,21 +85,16 @@ class Checkpoint:
         if set(map(type, values)) - {Tensor} or 1 + len(values) > limits.max_tree_nodes or limits.max_tree_depth < 1:
             return False
         keys = list(root)
-        if len(set(map(id, values))) == len(values):  # no tensor met twice: each key path is its own key
-            key_sizes = sum(map(len, keys)) + 2 * len(keys) if set(map(type, keys)) == {str} else sum(
-                map(key_size, keys))
-            key_bytes = 2 * key_sizes + 2 * len(keys)
+        # At the root a tensor's path is its key: only the keys count (the walk's parents' paths are empty).
+        key_bytes = sum(map(len, keys)) + 2 * len(keys) if set(map(type, keys)) == {str} else sum(map(key_size, keys))
+        if len(set(map(id, values))) == len(values):  # no tensor met twice
             tensors = values
             for key, tensor in zip(keys, values):
                 tensor.trail = (key, None)
         else:
-            key_bytes = 0
             seen: set[int] = set()
             tensors = []
             for key, tensor in zip(keys, values):
-                size = key_size(key)
-                key_bytes += size
-                key_bytes += size + 2  # its key path, spelled for a tensor and for an alias alike
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
                     tensor.trail = (key, None)

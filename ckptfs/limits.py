@@ -48,7 +48,7 @@ class Limits:
     """Nesting depth of containers; deeper subtrees fail to open."""
     max_key_bytes: int = 64 << 20
     """Total length of the keys that listings spell out, about as JSON text: every key once per place
-    it appears, plus every tensor's whole key path.
+    it appears, plus the path to every tensor and alias (its parent's keys: a state dict's keys count once).
 
     ``ls``, ``info --json``, sidecars and the index repeat them; one long key
     met at every level of a deep tree makes gigabytes of them from a file of
@@ -80,7 +80,7 @@ SUMMARIES = {
     "max_tensors": "tensor records",
     "max_tree_nodes": "objects visited walking the tree (each shared object once)",
     "max_tree_depth": "nesting depth of containers",
-    "max_key_bytes": "keys that listings spell out, and the whole key path of each tensor and alias",
+    "max_key_bytes": "keys that listings spell out, and the path to each tensor and alias",
     "max_generated_bytes": "a text made from the checkpoint: index.json, a sidecar, info --json",
 }
 """One line per limit, for ``ckptfs --help``."""

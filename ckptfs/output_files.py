@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from ckptfs.errors import CkptfsError, OutputError
 
@@ -14,14 +14,18 @@ PARTIAL_SUFFIX = ".ckptfs-partial"
 
 
 @contextlib.contextmanager
-def partial_file(out: Path) -> Iterator[BinaryIO]:
-    """A file to write ``out``'s bytes to, fsynced and renamed to ``out`` when the block ends without an error."""
+def partial_file(out: Path, committing: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
+    """A file to write ``out``'s bytes to, fsynced and renamed to ``out`` when the block ends without an error.
+    ``committing`` runs once the bytes are on disk, before the rename (the command line stops taking Ctrl-C there:
+    the output is then complete, and stays)."""
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     try:
         with writing(out), open(partial, "wb") as stream:
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
+        if committing is not None:
+            committing()
         os.replace(partial, out)
         _sync_directory(out.parent)
     except BaseException:

@@ -78,16 +78,24 @@ def test_a_flat_state_dict_is_collected_as_the_walk_collects_it(tmp_path: Path, 
     assert collect(fast=True) == collect(fast=False)
 
 
-@pytest.mark.parametrize("nested", [False, True])
-def test_aliases_key_paths_count_against_max_key_bytes(tmp_path: Path, nested: bool) -> None:
-    """``ls`` spells each alias's whole key path: a file of 1,000 places of one tensor is bounded by them."""
+def test_aliases_key_paths_count_against_max_key_bytes(tmp_path: Path) -> None:
+    """``ls`` spells the path to each alias: 1,000 places of one tensor in a module are bounded by them, while at
+    the root, where each path is its key, the keys alone count."""
     shared = torch.ones(2)
-    places = {f"key{n:04d}": shared for n in range(1000)}
-    path = save_zip({"m": places} if nested else places, tmp_path / "aliases.pt")
-    with ckptfs.open(path) as ck:
-        assert (len(ck.tensors), ck.alias_count) == (1, 999)
-    with pytest.raises(CkptfsError, match=r"\(limit max_key_bytes\)"):
-        ckptfs.open(path, Limits(max_key_bytes=12_000))
+    places = {f"key{n:04d}": shared for n in range(1000)}  # 9,000 bytes of keys, quoted
+    nested = save_zip({"module": places}, tmp_path / "nested.pt")  # and 1,000 paths of 10 bytes to them
+    flat = save_zip(places, tmp_path / "flat.pt")
+    for path in (nested, flat):
+        with ckptfs.open(path) as ck:
+            assert (len(ck.tensors), ck.alias_count) == (1, 999)
+    with ckptfs.open(flat, Limits(max_key_bytes=9_000)) as ck:
+        assert ck.alias_count == 999
+    with pytest.raises(CkptfsError, match=r"key paths total more than 8999 bytes \(limit max_key_bytes\)"):
+        ckptfs.open(flat, Limits(max_key_bytes=8_999))
+    with ckptfs.open(nested, Limits(max_key_bytes=19_008)) as ck:
+        assert ck.alias_count == 999
+    with pytest.raises(CkptfsError, match=r"more than 19007 bytes \(limit max_key_bytes\)"):
+        ckptfs.open(nested, Limits(max_key_bytes=19_007))
 
 
 def test_open_pauses_the_garbage_collector_while_parsing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
+from ckptfs.cli.interrupts import ignore_interrupts
 from ckptfs.errors import OutputError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind, Node
@@ -76,7 +77,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     source = args.file if is_url(args.file) else os.path.abspath(args.file)
     with gc_paused(), open_checkpoint(source, args.limits) as ck:
         if kind == "pt":
-            for name, reason in save_torch(ck, out):
+            for name, reason in save_torch(ck, out, ignore_interrupts):
                 print(f"ckptfs: {out}: left out {name or 'the whole object'}: {reason}", file=sys.stderr)
             return 0
         layout = Layout(ck)
@@ -84,11 +85,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
             node = layout.lookup("/" + SAFETENSORS_NAME)
             if node is None:
                 raise OutputError(f"{ck.path}: holds no tensor to convert")
-            with partial_file(out) as stream:
+            with partial_file(out, ignore_interrupts) as stream:
                 pieces = layout.pieces(node)
                 write_pieces(stream, pieces, ck, Copied(layout.size(node)))
         elif kind == "npz":
-            with partial_file(out) as stream:
+            with partial_file(out, ignore_interrupts) as stream:
                 write_npz(stream, layout)
         else:
             write_directory(out, layout)
@@ -161,6 +162,7 @@ def write_directory(out: Path, layout: Layout) -> None:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(target, "wb") as stream:
                     write_pieces(stream, layout.pieces(npy), ck, copied)
+            ignore_interrupts()
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise

@@ -5,7 +5,7 @@ flushing the output at the end) SIGINT ends the process at once: a
 ``KeyboardInterrupt`` raised inside an import would escape everything. While
 the command runs (``RaisingInterrupts``), SIGINT raises ``KeyboardInterrupt``
 as usual, so that ``finally`` blocks remove partial outputs before ``main``
-prints the line. This module runs before Ctrl-C is caught, so it imports as
+prints the line, until the command's output is complete (``ignore_interrupts``). This module runs before Ctrl-C is caught, so it imports as
 little as it can (not even ``typing``).
 """
 
@@ -35,6 +35,12 @@ def exit_on_interrupt() -> None:
     signal.signal(signal.SIGINT, _exit_now)
 
 
+def ignore_interrupts() -> None:
+    """From now on Ctrl-C is ignored: the command's output is complete and being put in place, so the command
+    ends as done (status 0, the output kept), never as interrupted with its output left behind."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class RaisingInterrupts:
     """Within the block Ctrl-C raises ``KeyboardInterrupt``; the handler before it is back after (outside the
     main thread, where no handler can be set, nothing changes)."""
@@ -50,5 +56,5 @@ class RaisingInterrupts:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        if self._before is not None:
+        if self._before is not None and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, self._before)

@@ -53,23 +53,31 @@ def cmd_umount(args: argparse.Namespace) -> int:
 
 
 def cmd_mounts(args: argparse.Namespace) -> int:
-    """One line a mount; a mount whose daemon is gone says so (``dead`` after its source), and how to clear it."""
-    from ckptfs.fuse.mount_table import ckptfs_mounts, is_dead
+    """One line a mount; a mount whose daemon is gone or does not answer says so (``dead`` or ``unresponsive``
+    after its source), and what to do."""
+    from ckptfs.fuse.mount_table import ANSWER_TIMEOUT, answering, ckptfs_mounts
 
-    lines, dead = [], []
-    for entry in ckptfs_mounts():
-        alive = not is_dead(entry.point)
+    entries = ckptfs_mounts()
+    answers = answering([entry.point for entry in entries])
+    lines, notes = [], []
+    for entry in entries:
+        answer = answers[entry.point]
         if args.json:
             lines.append(json.dumps({"mountpoint": entry.point, "source": entry.source, "uid": entry.owner,
-                                     "alive": alive}, ensure_ascii=False) + "\n")
+                                     "alive": answer is not False, "answering": answer is True},
+                                    ensure_ascii=False) + "\n")
         else:
-            lines.append(f"{_escaped(entry.point)} {_escaped(entry.source)}{'' if alive else ' dead'}\n")
-        if not alive:
-            dead.append(entry.point)
+            mark = {True: "", False: " dead", None: " unresponsive"}[answer]
+            lines.append(f"{_escaped(entry.point)} {_escaped(entry.source)}{mark}\n")
+        point = _escaped(entry.point)
+        if answer is False:
+            notes.append(f"ckptfs: {point}: dead (its daemon is gone); unmount it with: ckptfs umount {point}")
+        elif answer is None:
+            notes.append(f"ckptfs: {point}: unresponsive (its daemon did not answer within {ANSWER_TIMEOUT:g} s: "
+                         f"stopped or stuck); unmount it with: ckptfs umount {point}")
     write_text(lines)
-    for point in dead:
-        print(f"ckptfs: {_escaped(point)}: dead (its daemon is gone); unmount it with: ckptfs umount "
-              f"{_escaped(point)}", file=sys.stderr)
+    for note in notes:
+        print(note, file=sys.stderr)
     return 0
 
 

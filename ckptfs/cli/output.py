@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Iterable
 
+from ckptfs.cli.interrupts import ignore_interrupts
 from ckptfs.errors import CkptfsError
 from ckptfs.output_files import partial_file, writing
 
@@ -52,7 +53,7 @@ def write_binary(chunks: Iterable[bytes], output: str | None) -> None:
         with writing(path), open(path, "wb") as out:
             _write_all(chunks, out)
         return
-    with partial_file(path) as out:
+    with partial_file(path, ignore_interrupts) as out:
         _write_all(chunks, out)
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass
 
 FSTYPE = "fuse.ckptfs"
 DEAD_MOUNT_ERRORS = (errno.ENOTCONN, errno.ECONNABORTED)
 """What a FUSE mount whose daemon died answers."""
+ANSWER_TIMEOUT = 2.0
+"""Seconds ``answering`` waits for a daemon's statfs: a stopped or stuck daemon never answers, and the kernel
+waits for it as long as it lives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +73,20 @@ def is_dead(target: str) -> bool:
     except OSError as exc:
         return exc.errno in DEAD_MOUNT_ERRORS
     return False
+
+
+def answering(targets: list[str], timeout: float = ANSWER_TIMEOUT) -> dict[str, bool | None]:
+    """Each mount: True if its daemon answers statfs, False if it is dead, None if no answer came within
+    ``timeout`` seconds (all asked at once, on threads left behind if they never return)."""
+    answers: dict[str, bool] = {}
+
+    def ask(target: str) -> None:
+        answers[target] = not is_dead(target)
+
+    threads = [threading.Thread(target=ask, args=(target,), daemon=True) for target in targets]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return {target: answers.get(target) for target in targets}

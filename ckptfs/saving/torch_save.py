@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from isal.isal_zlib import crc32
 
@@ -33,15 +34,16 @@ def archive_prefix(path: Path) -> str:
     return stem if stem and stem.isascii() else "archive"
 
 
-def save_torch(checkpoint: Checkpoint, path: str | os.PathLike[str]) -> list[LeftOut]:
+def save_torch(checkpoint: Checkpoint, path: str | os.PathLike[str],
+               committing: Callable[[], None] | None = None) -> list[LeftOut]:
     """Write ``checkpoint`` to ``path`` as ``torch.save`` would have; what it could not hold, by dotted key.
 
-    ``path`` is written as ``path.ckptfs-partial`` beside it, fsynced and renamed;
-    on any error or interrupt nothing is left behind."""
+    ``path`` is written as ``path.ckptfs-partial`` beside it, fsynced and renamed (``committing`` runs just
+    before: see ``partial_file``); on any error or interrupt before that nothing is left behind."""
     out = Path(path)
     pickler = TorchPickler(checkpoint.root, checkpoint.limits)
     pickle = pickler.dump()
-    with partial_file(out) as stream, writing(out), Output(stream) as output:
+    with partial_file(out, committing) as stream, writing(out), Output(stream) as output:
         TorchArchive(output, archive_prefix(out)).write(checkpoint, pickle, pickler.records)
     return pickler.left_out
 

@@ -132,6 +132,49 @@ def test_ctrl_c_leaves_nothing(checkpoint: tuple[Path, dict[str, torch.Tensor]],
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]
 
 
+@pytest.mark.parametrize("to", ["pt", "safetensors", "npz", "dir"])
+def test_ctrl_c_once_the_output_is_complete_ends_as_done(checkpoint: tuple[Path, dict[str, torch.Tensor]],
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str], to: str) -> None:
+    """SIGINT once the output's bytes are written, before it gets its name: the command completes (status 0, the
+    output whole), never "interrupted" with the output left behind."""
+    source, _ = checkpoint
+    out = tmp_path / "out"
+    ignore, replace = ckptfs.cli.convert.ignore_interrupts, os.replace
+    steps = []
+
+    def ignored_then_interrupted() -> None:
+        ignore()
+        steps.append("ignoring")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def replaced(src: Any, dst: Any) -> None:
+        steps.append("renaming")
+        replace(src, dst)
+
+    monkeypatch.setattr(ckptfs.cli.convert, "ignore_interrupts", ignored_then_interrupted)
+    monkeypatch.setattr(os, "replace", replaced)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert main(["convert", "--to", to, str(source), str(out)]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert steps == (["ignoring"] if to == "dir" else ["ignoring", "renaming"])
+    assert capsys.readouterr().err == ""
+    monkeypatch.undo()
+    expected = tmp_path / "again" / "out"  # the same name: a .pt's records are named after it
+    expected.parent.mkdir()
+    assert main(["convert", "--to", to, str(source), str(expected)]) == 0
+    assert _contents(out) == _contents(expected)
+
+
+def _contents(path: Path) -> dict[str, bytes]:
+    if path.is_dir():
+        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {"": path.read_bytes()}
+
+
 def test_every_way_of_copying_writes_the_same_bytes(checkpoint: tuple[Path, dict[str, torch.Tensor]],
                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """copy_file_range refuses two file systems (EXDEV): then sendfile, and where that fails too, through memory;

@@ -41,8 +41,8 @@ LIMITS: dict[str, tuple[Callable[[], bytes], str | None, int, str | None]] = {
                         r"pickle nests more than 100 MARKs \(limit max_stack_depth\)"),
     "max_zip_entries": (lambda: _tensors(1), None, 2, r"zip has 4 entries \(limit max_zip_entries=2\)"),
     "max_tensors": (lambda: _tensors(10), None, 5, r"more than 5 tensors \(limit max_tensors\)"),
-    "max_key_bytes": (lambda: _tensors(10), None, 20,
-                      r"keys and tensor key paths total more than 20 bytes \(limit max_key_bytes\)"),
+    "max_key_bytes": (lambda: _tensors(10), None, 9,
+                      r"keys and tensor key paths total more than 9 bytes \(limit max_key_bytes\)"),
     "max_tree_nodes": (lambda: zip_checkpoint(pickle(b"N" + put(0) + b"0" + lst(*[get(0)] * 1000))), None, 100,
                        r"more than 100 nodes \(limit max_tree_nodes\)"),
 }

@@ -39,7 +39,7 @@ def test_mounts_lists_what_findmnt_lists(tmp_path: Path, mounter: Mounter) -> No
     as_json = run_cli("mounts", "--json")
     assert as_json.returncode == 0 and base not in as_json.stderr  # other processes' dead mounts are named there
     listed = [json.loads(line) for line in as_json.stdout.splitlines()]
-    assert all(set(entry) == {"mountpoint", "source", "uid", "alive"} for entry in listed)
+    assert all(set(entry) == {"mountpoint", "source", "uid", "alive", "answering"} for entry in listed)
     assert ours <= {(entry["mountpoint"], entry["source"]) for entry in listed}
     assert {entry["uid"] for entry in listed if (entry["mountpoint"], entry["source"]) in ours} == {os.getuid()}
     # Other processes may mount and unmount meanwhile: compare below our directory only.
@@ -77,5 +77,29 @@ def test_a_mount_whose_daemon_was_killed_is_listed_as_dead(tmp_path: Path, mount
         f"ckptfs: {killed}: dead (its daemon is gone); unmount it with: ckptfs umount {killed}"]
     listed = {entry["mountpoint"]: entry for entry in map(json.loads, run_cli("mounts", "--json").stdout.splitlines())}
     assert (listed[str(alive)]["alive"], listed[str(killed)]["alive"]) == (True, False)
+    assert (listed[str(alive)]["answering"], listed[str(killed)]["answering"]) == (True, False)
     assert run_cli("umount", killed).returncode == 0
     assert str(killed) not in run_cli("mounts").stdout
+
+
+def test_a_mount_whose_daemon_is_stopped_is_listed_as_unresponsive(tmp_path: Path, mounter: Mounter) -> None:
+    """statfs of a stopped daemon's mount waits as long as the daemon lives: ``mounts`` waits 2 s, not forever."""
+    source = save_zip({"w": torch.ones(2)}, tmp_path / "model.pt")
+    alive, stopped = mounter(source), mounter(source)
+    (pid,) = daemon_pids(stopped)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        as_text = run_cli("mounts")
+        as_json = run_cli("mounts", "--json")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert as_text.returncode == 0
+    assert f"{alive} {source}" in as_text.stdout.splitlines()
+    assert f"{stopped} {source} unresponsive" in as_text.stdout.splitlines()
+    assert [line for line in as_text.stderr.splitlines() if str(mounter.base) in line] == [
+        f"ckptfs: {stopped}: unresponsive (its daemon did not answer within 2 s: stopped or stuck); unmount it with: "
+        f"ckptfs umount {stopped}"]
+    listed = {entry["mountpoint"]: entry for entry in map(json.loads, as_json.stdout.splitlines())}
+    assert {key: listed[str(stopped)][key] for key in ("alive", "answering")} == {"alive": True, "answering": False}
+    assert {key: listed[str(alive)][key] for key in ("alive", "answering")} == {"alive": True, "answering": True}
+    assert (stopped / "w").read_bytes() == torch.ones(2).numpy().tobytes()  # answering again once continued
