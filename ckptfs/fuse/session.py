@@ -33,14 +33,14 @@ def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multit
     if not session:
         raise MountError(f"libfuse could not mount {mountpoint} (options {','.join(options)!r})")
     try:
-        status = _mount_and_loop(session, mountpoint, multithreaded)
+        status = _mount_and_loop(fs, session, mountpoint, multithreaded)
     finally:
         ll.session_destroy(session)
     if status < 0 or (status > 0 and status not in STOPPING_SIGNALS):
         raise MountError(f"the FUSE session of {mountpoint} failed: {os.strerror(abs(status))}")
 
 
-def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
+def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: bool) -> int:
     # libfuse installs a handler only where the default is: Python's own SIGINT handler would never run (the loop
     # is in C), so it makes way while the session runs.
     python_handler = signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -53,6 +53,7 @@ def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
             try:
                 return _loop(session, multithreaded)
             finally:
+                fs.finish_reads()  # replies sent after the unmount would go to a closed descriptor
                 ll.session_unmount(session)
         finally:
             ll.remove_signal_handlers(session)

@@ -95,6 +95,12 @@ class RemoteSource:
             leased = self._cache.lease(offset, end)
         return leased if leased is not None else ([self.read(offset, length)], [])  # evicted since (a tiny cache)
 
+    def holds(self, offset: int, length: int) -> bool:
+        """Whether the cache holds all of ``[offset, offset + length)``: a read of it waits on no fetch
+        (``fuse.read_pool.HOLDS``)."""
+        with self._lock:
+            return not self._cache.gaps(offset, offset + length)
+
     def release(self, leased: list[Block]) -> None:
         """A reply from ``buffers`` is sent: its blocks may be reused."""
         if leased:
