@@ -4,6 +4,7 @@ tensor is that reader's EIO alone, and an unmount with reads in flight leaves no
 
 from __future__ import annotations
 
+import os
 import subprocess
 import zipfile
 from pathlib import Path
@@ -59,7 +60,11 @@ def test_a_reader_waiting_on_a_slow_get_stalls_no_other(nginx: Nginx, fault_prox
     wait_until(lambda: fault_proxy.active > 0)
     (other,) = readers(mnt, ["t1"])  # a single-threaded FUSE loop would answer it only after t3's first GET
     assert other.communicate(timeout=60)[0] == stored(saved["t1"])
-    assert waiting.poll() is None
+    assert waiting.stdout is not None
+    os.set_blocking(waiting.stdout.fileno(), False)
+    with pytest.raises(BlockingIOError):  # t3's reader still has not one byte
+        os.read(waiting.stdout.fileno(), 1)
+    os.set_blocking(waiting.stdout.fileno(), True)
     assert waiting.communicate(timeout=60)[0] == stored(saved["t3"])
 
 
