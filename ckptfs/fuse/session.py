@@ -11,9 +11,11 @@ from ckptfs.errors import MountError
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 from ckptfs.fuse.inodes import InodeFS
+from ckptfs.fuse.turns import STOPPING_SIGNALS, TakingTurns
 
-STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""libfuse's handlers end the loop on these, which then returns the signal's number."""
+WAITING_READS = 16
+"""Reads waiting on the network at once, each on its own thread (``fuse.turns``): as many as
+``--max-connections``' default."""
 
 
 def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
@@ -51,9 +53,8 @@ def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: b
             if ll.session_mount(session, os.fsencode(mountpoint)) != 0:
                 raise MountError(f"libfuse could not mount {mountpoint}")
             try:
-                return _loop(session, multithreaded)
+                return _loop(fs, session, multithreaded)
             finally:
-                fs.finish_reads()  # replies sent after the unmount would go to a closed descriptor
                 ll.session_unmount(session)
         finally:
             ll.remove_signal_handlers(session)
@@ -61,7 +62,13 @@ def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: b
         signal.signal(signal.SIGINT, python_handler)
 
 
-def _loop(session: int, multithreaded: bool) -> int:
+def _loop(fs: InodeFS, session: int, multithreaded: bool) -> int:
+    """libfuse's loop on this thread, on its own threads (``multithreaded``), or for a source reads may wait on,
+    threads taking turns (``fuse.turns``)."""
+    if not multithreaded and fs.remote:
+        turns = TakingTurns(session, 2 + WAITING_READS)
+        fs.handoff = turns.handoff
+        return turns.run()
     if not multithreaded:
         return ll.session_loop(session)  # type: ignore[no-any-return]
     config = ll.loop_cfg_create()

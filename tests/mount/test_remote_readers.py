@@ -1,5 +1,5 @@
 """Many readers at once on one remote mount: reads the cache misses are answered from threads of their own
-(``fuse.read_pool``), so several processes reading different tensors each get torch's bytes, one reader's failing
+(``fuse.turns``), so several processes reading different tensors each get torch's bytes, one reader's failing
 tensor is that reader's EIO alone, and an unmount with reads in flight leaves no daemon or mount behind."""
 
 from __future__ import annotations
