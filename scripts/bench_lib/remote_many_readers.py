@@ -1,7 +1,8 @@
 """Many readers on one remote mount: 8 processes, each ``dd bs=1M`` of a different 16 MiB tensor, through one
 fresh mount of an s3:// checkpoint served by nginx on loopback (optionally capping each connection,
-``limit_rate``), with the FUSE loop single-threaded (the default) and ``--multithreaded``, against obstore
-fetching the same 8 ranges concurrently. Alternating runs, medians of the aggregate rate.
+``limit_rate``), with the default FUSE loop (threads taking turns on a remote mount, ``fuse.turns``) and
+``--multithreaded`` (libfuse's), optionally another tree's mounts too (``--against``), against obstore fetching
+the same 8 ranges concurrently. Alternating runs, medians of the aggregate rate.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/bench_lib/remote_many_readers.py [--runs 5] [--limit-rate 40m] \
         [--against OTHER_TREE]
@@ -91,9 +92,9 @@ def main() -> None:
     os.chmod(base, 0o755)
     server = Nginx(base, limit_rate=args.limit_rate)
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"})
-    variants = [("single-threaded FUSE loop", False, None), ("--multithreaded", True, None)]
+    variants = [("default FUSE loop", False, None), ("--multithreaded", True, None)]
     if args.against:
-        variants += [(f"{args.against}: single-threaded", False, args.against),
+        variants += [(f"{args.against}: default", False, args.against),
                      (f"{args.against}: --multithreaded", True, args.against)]
     figures: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     figures["obstore"] = []
