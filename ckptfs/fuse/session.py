@@ -11,9 +11,11 @@ from ckptfs.errors import MountError
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 from ckptfs.fuse.inodes import InodeFS
+from ckptfs.fuse.turns import STOPPING_SIGNALS, TakingTurns
 
-STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""libfuse's handlers end the loop on these, which then returns the signal's number."""
+WAITING_READS = 16
+"""Reads waiting on the network at once, each on its own thread (``fuse.turns``): as many as
+``--max-connections``' default."""
 
 
 def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multithreaded: bool = False,
@@ -33,14 +35,14 @@ def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multit
     if not session:
         raise MountError(f"libfuse could not mount {mountpoint} (options {','.join(options)!r})")
     try:
-        status = _mount_and_loop(session, mountpoint, multithreaded)
+        status = _mount_and_loop(fs, session, mountpoint, multithreaded)
     finally:
         ll.session_destroy(session)
     if status < 0 or (status > 0 and status not in STOPPING_SIGNALS):
         raise MountError(f"the FUSE session of {mountpoint} failed: {os.strerror(abs(status))}")
 
 
-def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
+def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: bool) -> int:
     # libfuse installs a handler only where the default is: Python's own SIGINT handler would never run (the loop
     # is in C), so it makes way while the session runs.
     python_handler = signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -51,7 +53,7 @@ def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
             if ll.session_mount(session, os.fsencode(mountpoint)) != 0:
                 raise MountError(f"libfuse could not mount {mountpoint}")
             try:
-                return _loop(session, multithreaded)
+                return _loop(fs, session, multithreaded)
             finally:
                 ll.session_unmount(session)
         finally:
@@ -60,7 +62,13 @@ def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
         signal.signal(signal.SIGINT, python_handler)
 
 
-def _loop(session: int, multithreaded: bool) -> int:
+def _loop(fs: InodeFS, session: int, multithreaded: bool) -> int:
+    """libfuse's loop on this thread, on its own threads (``multithreaded``), or for a source reads may wait on,
+    threads taking turns (``fuse.turns``)."""
+    if not multithreaded and fs.remote:
+        turns = TakingTurns(session, 2 + WAITING_READS)
+        fs.handoff = turns.handoff
+        return turns.run()
     if not multithreaded:
         return ll.session_loop(session)  # type: ignore[no-any-return]
     config = ll.loop_cfg_create()

@@ -1,9 +1,11 @@
 """Many readers on one remote mount: 8 processes, each ``dd bs=1M`` of a different 16 MiB tensor, through one
 fresh mount of an s3:// checkpoint served by nginx on loopback (optionally capping each connection,
-``limit_rate``), with the FUSE loop single-threaded (the default) and ``--multithreaded``, against obstore
-fetching the same 8 ranges concurrently. Alternating runs, medians of the aggregate rate.
+``limit_rate``), with the default FUSE loop (threads taking turns on a remote mount, ``fuse.turns``) and
+``--multithreaded`` (libfuse's), optionally another tree's mounts too (``--against``), against obstore fetching
+the same 8 ranges concurrently. Alternating runs, medians of the aggregate rate.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench_lib/remote_many_readers.py [--runs 5] [--limit-rate 40m]
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench_lib/remote_many_readers.py [--runs 5] [--limit-rate 40m] \
+        [--against OTHER_TREE]
 """
 from __future__ import annotations
 
@@ -45,10 +47,13 @@ def make_checkpoint(path: Path) -> list[tuple[int, int]]:
     return spans
 
 
-def mount(url: str, endpoint: str, mnt: str, threaded: bool) -> None:
+def mount(url: str, endpoint: str, mnt: str, threaded: bool, root: str | None) -> None:
     argv = [sys.executable, "-m", "ckptfs.cli", "mount", url, mnt, "--endpoint-url", endpoint, "--anonymous",
             *(["--multithreaded"] if threaded else [])]
-    subprocess.run(argv, check=True, env={**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp()})
+    env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp()}
+    if root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    subprocess.run(argv, check=True, env=env)
 
 
 def readers_through(mnt: str) -> float:
@@ -81,12 +86,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--limit-rate", help="nginx's limit_rate: each answer capped (40m: 40 MB/s)")
+    parser.add_argument("--against", metavar="DIR", help="another source tree (e.g. main's), its mounts alternated")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ckptfs-readers-", dir="/var/tmp"))
     os.chmod(base, 0o755)
     server = Nginx(base, limit_rate=args.limit_rate)
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"})
-    figures: dict[str, list[float]] = {"single-threaded FUSE loop": [], "--multithreaded": [], "obstore": []}
+    variants = [("default FUSE loop", False, None), ("--multithreaded", True, None)]
+    if args.against:
+        variants += [(f"{args.against}: default", False, args.against),
+                     (f"{args.against}: --multithreaded", True, args.against)]
+    figures: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    figures["obstore"] = []
     mnt = str(base / "mnt")
     os.mkdir(mnt)
     try:
@@ -94,8 +105,8 @@ def main() -> None:
         spans = make_checkpoint(server.root / "bkt" / "eight.pt")
         url = "s3://bkt/eight.pt"
         for _ in range(args.runs):
-            for name, threaded in (("single-threaded FUSE loop", False), ("--multithreaded", True)):
-                mount(url, server.url, mnt, threaded)
+            for name, threaded, root in variants:
+                mount(url, server.url, mnt, threaded, root)
                 try:
                     figures[name].append(readers_through(mnt))
                 finally:
@@ -110,7 +121,7 @@ def main() -> None:
     best = statistics.median(figures["obstore"])
     for name, values in figures.items():
         med = statistics.median(values)
-        print(f"  {name:28s} {med:6.0f}  ({med / best:.2f}x obstore)  runs: {' '.join(f'{v:.0f}' for v in values)}")
+        print(f"  {name:40s} {med:6.0f}  ({med / best:.2f}x obstore)  runs: {' '.join(f'{v:.0f}' for v in values)}")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,12 @@ class RemoteSource:
             leased = self._cache.lease(offset, end)
         return leased if leased is not None else ([self.read(offset, length)], [])  # evicted since (a tiny cache)
 
+    def holds(self, offset: int, length: int) -> bool:
+        """Whether the cache holds all of ``[offset, offset + length)``: a read of it waits on no fetch
+        (``fuse.inodes.HOLDS``)."""
+        with self._lock:
+            return not self._cache.gaps(offset, offset + length)
+
     def release(self, leased: list[Block]) -> None:
         """A reply from ``buffers`` is sent: its blocks may be reused."""
         if leased:
@@ -120,31 +126,58 @@ class RemoteSource:
     def _miss(self, offset: int, end: int, view: memoryview | None) -> None:
         """Fetches what the cache lacks of ``[offset, end)`` and its read-ahead; copies ``[offset, end)`` into
         ``view`` (None: the bytes are left in the cache)."""
-        with self._lock:
-            waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
-        for future in waiting:
-            future.exception()  # its failure is not this read's: the gaps it leaves are fetched below
         large = view is not None and end - offset > self._cache.capacity // 4
-        part = PART
-        with self._lock:
-            if view is not None:
-                self._cache.copy_into(offset, view)
-            gaps = self._cache.gaps(offset, end)
-            if gaps and not large:
-                fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
-                fetch_end = self._ahead.fetch_end(gaps[0][0], end, self.size, offset)
-                now = fetch_end
-                if fetch_end > end + MAX_WINDOW:  # a window of many parts: the reader waits for its first ones only
-                    now = self._ahead.round(max(end, fetch_start + MAX_WINDOW), self.size)
-                    now = fetch_end if fetch_end - now < PART else now  # no small straggler
-                part = self._ahead.part
-                gaps = self._cache.gaps(fetch_start, now)
-                if now < fetch_end:
-                    self._start_prefetch((now, fetch_end))
-            elif not gaps:  # all read ahead (fetches waited for): a hit
-                self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
+        while True:  # fetches of these bytes under way (read-ahead, or another thread's read) are waited for
+            with self._lock:
+                waiting = [f for start, (stop, f) in self._pending.items() if start < end and offset < stop]
+                if not waiting:
+                    gaps, part = self._plan(offset, end, view, large)
+                    mine = [] if large else self._claim(gaps)
+                    break
+            for future in waiting:
+                future.exception()  # its failure is not this read's: the gaps it leaves are fetched below
         if not gaps:
             return
+        try:
+            self._fetch_gaps(offset, end, view, gaps, part, large)
+        finally:
+            with self._lock:
+                for start, future in mine:
+                    del self._pending[start]
+                    future.set_result(None)
+
+    def _plan(self, offset: int, end: int, view: memoryview | None, large: bool) -> tuple[list[tuple[int, int]], int]:
+        """Under the lock: what to fetch for a read of ``[offset, end)`` that no fetch under way holds, and the size
+        of its parts (``view`` gets the bytes held already)."""
+        if view is not None:
+            self._cache.copy_into(offset, view)
+        gaps = self._cache.gaps(offset, end)
+        if gaps and not large:
+            fetch_start = gaps[0][0] // self._ahead.block * self._ahead.block
+            fetch_end = self._ahead.fetch_end(gaps[0][0], end, self.size, offset)
+            now = fetch_end
+            if fetch_end > end + MAX_WINDOW:  # a window of many parts: the reader waits for its first ones only
+                now = self._ahead.round(max(end, fetch_start + MAX_WINDOW), self.size)
+                now = fetch_end if fetch_end - now < PART else now  # no small straggler
+            if now < fetch_end:
+                self._start_prefetch((now, fetch_end))
+            return self._cache.gaps(fetch_start, now), self._ahead.part
+        if not gaps:  # all read ahead (fetches waited for): a hit
+            self._start_prefetch(self._ahead.prefetch(offset, end, self.size))
+        return gaps, PART
+
+    def _claim(self, gaps: list[tuple[int, int]]) -> list[tuple[int, Future[None]]]:
+        """Under the lock: ``gaps`` marked as under way (another thread's read of them waits), where no fetch is."""
+        mine: list[tuple[int, Future[None]]] = []
+        for start, stop in gaps:
+            if not any(s < stop and start < e for s, (e, _) in self._pending.items()):
+                future: Future[None] = Future()
+                self._pending[start] = (stop, future)
+                mine.append((start, future))
+        return mine
+
+    def _fetch_gaps(self, offset: int, end: int, view: memoryview | None, gaps: list[tuple[int, int]], part: int,
+                    large: bool) -> None:
         if large:
             assert view is not None
             for start, stop in gaps:
