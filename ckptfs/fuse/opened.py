@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from ckptfs.errors import SourceError
@@ -40,17 +41,23 @@ class KeptFiles:
         self._files: dict[int, OpenFile] = {}
         self._max_files, self._max_bytes = files, nbytes
         self._bytes = 0
+        self._lock = threading.Lock()
+        """Threads answering reads (``--multithreaded``, a remote mount's) may make the same file at once."""
 
     def get(self, ino: int) -> OpenFile | None:
         return self._files.get(ino)
 
     def add(self, ino: int, opened: OpenFile) -> None:
         generated = opened.generated()
-        if len(self._files) >= self._max_files or self._bytes + generated > self._max_bytes:
-            self._files.clear()
-            self._bytes = 0
-        self._files[ino] = opened
-        self._bytes += generated
+        with self._lock:
+            replaced = self._files.pop(ino, None)
+            if replaced is not None:
+                self._bytes -= replaced.generated()
+            if len(self._files) >= self._max_files or self._bytes + generated > self._max_bytes:
+                self._files.clear()
+                self._bytes = 0
+            self._files[ino] = opened
+            self._bytes += generated
 
     def __len__(self) -> int:
         return len(self._files)

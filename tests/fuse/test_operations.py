@@ -193,6 +193,8 @@ def test_files_kept_for_reads_without_an_open_are_bounded(tmp_path: Path) -> Non
     assert len(kept) == 1 and kept.nbytes == 520 and kept.get(99) is big
     kept.add(4, made[4])
     assert len(kept) == 1 and kept.nbytes == 30
+    kept.add(4, made[0])  # the same file made again (two threads reading it at once): counted once
+    assert len(kept) == 1 and kept.nbytes == 30 and kept.get(4) is made[0]
 
 
 class _LeasingSource(BytesSource):
