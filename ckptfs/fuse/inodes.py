@@ -12,6 +12,9 @@ Directories and files need no open (ENOSYS: the kernel's ``no_opendir`` and
 ``no_open``, which also keep listings and pages cached); reads find their file
 by inode number among those kept (``fuse.opened``) and are answered with the
 bufvecs ``CheckpointFS.read_buf`` makes (file-descriptor ranges where it can).
+
+Small value files need no READ at all: once the kernel holds a listing's
+entries, their bytes are pushed into its page cache (``fuse.page_store``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import errno
 import functools
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 from ckptfs.errors import CkptfsError
@@ -31,6 +36,7 @@ from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
+from ckptfs.fuse.page_store import Batch, PageStore
 from ckptfs.gc_pause import gc_paused
 
 log = logging.getLogger("ckptfs.fuse.mount")
@@ -38,6 +44,12 @@ log = logging.getLogger("ckptfs.fuse.mount")
 ENTRY_SIZE = ctypes.sizeof(ll.FuseEntryParam)
 ATTR = ll.FuseEntryParam.attr.offset
 _ADDRESS = ctypes.addressof
+STORE_FILE_BYTES = 4096
+"""Value files up to this size (one page of the kernel's cache each) are stored as their directory is listed."""
+STORE_FILES = 1 << 16
+"""Files stored per directory at most: a listing of more leaves the rest to be read (a page each: 256 MiB)."""
+STORED_DIRECTORIES = 1 << 20
+"""Directories whose stored part is remembered; past it all are forgotten (a listing stores nothing twice)."""
 
 
 def _answering(method: Callable[..., None]) -> Callable[..., None]:
@@ -66,6 +78,9 @@ class InodeFS(CheckpointFS):
         self.no_open = self.no_opendir = False
         """Opens of files (directories) answered with ENOSYS, once the kernel has said it takes that (``_init``)."""
         self._operations: ll.LowLevelOps | None = None
+        self._store: PageStore | None = None
+        self._stored: dict[int, int] = {}
+        """By directory: the listing positions below this have had their value files stored (or passed over)."""
         entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
         ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
         self._entry = bytes(entry)
@@ -81,6 +96,16 @@ class InodeFS(CheckpointFS):
                 opendir=ll.WITH_FILE(self._opendir), read=ll.LISTING(self._read), readdir=ll.LISTING(self._readdir),
                 readdirplus=ll.LISTING(self._readdirplus), statfs=ll.BY_INO(self._statfs))
         return found
+
+    @contextmanager
+    def storing(self, session: int) -> Iterator[PageStore]:
+        """Value files' bytes stored into ``session``'s page cache as listed, while in this context."""
+        self._store = store = PageStore(session)
+        try:
+            yield store
+        finally:
+            self._store = None
+            store.close()
 
     # -- nodes by number -----------------------------------------------------------
 
@@ -170,6 +195,13 @@ class InodeFS(CheckpointFS):
     @_answering
     def _readdirplus(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
         self._list(req, ino, size, offset, True)
+        if offset > 2 and self._store is not None:
+            try:  # answered already: a failure here must not answer again
+                directory = self.at(ino)
+                if isinstance(directory, Dir):
+                    self._store_listed(directory, offset)
+            except Exception:
+                log.exception("storing the value files listed in inode %d", ino)
 
     def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> None:
         """Entries from ``offset`` on (each with its attributes if ``plus``) until ``size`` bytes are full, from
@@ -198,6 +230,33 @@ class InodeFS(CheckpointFS):
                         return
                     used += need
         ll.reply_buf(req, base, used)
+
+    def _store_listed(self, directory: Dir, offset: int) -> None:
+        """Stores the value files of the directory's entries before ``offset``: a listing request from ``offset``
+        means the kernel has made the inodes of those before (a store into an inode it does not hold fails)."""
+        store = self._store
+        done = self._stored.get(directory.ino, 2)
+        if store is None or offset <= done or done >= STORE_FILES:
+            return
+        if len(self._stored) >= STORED_DIRECTORIES:
+            self._stored.clear()
+        stop = min(offset, STORE_FILES)
+        self._stored[directory.ino] = stop
+        sizes = self._listing(directory).sizes
+        _, inos, kinds = self.layout.listing_columns(directory, done - 2, stop - 2)
+        wanted = [i for i, kind in enumerate(kinds) if kind is Kind.VALUE and 0 < sizes[done + i] <= STORE_FILE_BYTES]
+        if not wanted:
+            return
+        nodes = self.layout.listing_slice(directory, done - 2, stop - 2)
+        batch: Batch = []
+        for i in wanted:
+            try:
+                data = self.layout.content(nodes[i])
+            except Exception:  # its read fails (EIO) as without a store
+                continue
+            if len(data) == sizes[done + i]:  # a store past the listed size would change the file's size
+                batch.append((inos[i], bytes(data)))
+        store.put(batch)
 
     def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
         """A window's ``fuse_entry_param``s, one after another: the template repeated, the fields that differ

@@ -33,7 +33,8 @@ def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multit
     if not session:
         raise MountError(f"libfuse could not mount {mountpoint} (options {','.join(options)!r})")
     try:
-        status = _mount_and_loop(session, mountpoint, multithreaded)
+        with fs.storing(session):
+            status = _mount_and_loop(session, mountpoint, multithreaded)
     finally:
         ll.session_destroy(session)
     if status < 0 or (status > 0 and status not in STOPPING_SIGNALS):
