@@ -194,23 +194,25 @@ class InodeFS(CheckpointFS):
 
     @_answering
     def _readdirplus(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
-        self._list(req, ino, size, offset, True)
-        if offset > 2 and self._store is not None:
+        directory = self._list(req, ino, size, offset, True)
+        if directory is not None and offset > 2 and self._store is not None:
             try:  # answered already: a failure here must not answer again
-                directory = self.at(ino)
-                if isinstance(directory, Dir):
-                    self._store_listed(directory, offset)
+                self._store_listed(directory, offset)
             except Exception:
-                log.exception("storing the value files listed in inode %d", ino)
+                log.exception("storing the value files listed in %s", self.layout.path_of(directory))
 
-    def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> None:
+    def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> Dir | None:
         """Entries from ``offset`` on (each with its attributes if ``plus``) until ``size`` bytes are full, from
-        the windows ``CheckpointFS`` makes (each entry's ``fuse_entry_param`` one after another)."""
+        the windows ``CheckpointFS`` makes (each entry's ``fuse_entry_param`` one after another); the directory
+        listed, if there is one."""
         directory = self._directory(req, ino)
         if directory is None:
-            return
+            return None
+        sizes = self._listing(directory).sizes
+        if offset >= len(sizes):  # the request after the last entry, which every listing ends with
+            ll.reply_buf(req, None, 0)
+            return directory
         with gc_paused():
-            sizes = self._listing(directory).sizes
             if isinstance(directory, ZarrDir):
                 self._mirrored.update((node.ino, node) for node in directory.head)
             buffer = ctypes.create_string_buffer(size)
@@ -227,31 +229,36 @@ class InodeFS(CheckpointFS):
                     need = add(req, base + used, size - used, names[index], entry, start + index + 1)
                     if need > size - used:
                         ll.reply_buf(req, base, used)
-                        return
+                        return directory
                     used += need
         ll.reply_buf(req, base, used)
+        return directory
 
     def _store_listed(self, directory: Dir, offset: int) -> None:
         """Stores the value files of the directory's entries before ``offset``: a listing request from ``offset``
         means the kernel has made the inodes of those before (a store into an inode it does not hold fails)."""
-        store = self._store
-        done = self._stored.get(directory.ino, 2)
-        if store is None or offset <= done or done >= STORE_FILES:
+        store, stored = self._store, self._stored
+        done = stored.get(directory.ino, 0)
+        if store is None or offset <= done or done >= STORE_FILES or isinstance(directory, ZarrDir):
             return
-        if len(self._stored) >= STORED_DIRECTORIES:
-            self._stored.clear()
-        stop = min(offset, STORE_FILES)
-        self._stored[directory.ino] = stop
+        if len(stored) >= STORED_DIRECTORIES:
+            stored.clear()
+        if not done:  # first seen: a directory with no value (of tensors, say) is passed over at once
+            done = 2 if any(child.kind is Kind.VALUE for child in self.layout.children(directory)) else STORE_FILES
+        stop = stored[directory.ino] = max(min(offset, STORE_FILES), done)
+        if stop <= done:
+            return
         sizes = self._listing(directory).sizes
         _, inos, kinds = self.layout.listing_columns(directory, done - 2, stop - 2)
         wanted = [i for i, kind in enumerate(kinds) if kind is Kind.VALUE and 0 < sizes[done + i] <= STORE_FILE_BYTES]
         if not wanted:
             return
-        nodes = self.layout.listing_slice(directory, done - 2, stop - 2)
+        first = wanted[0]
+        nodes = self.layout.listing_slice(directory, done - 2 + first, done - 2 + wanted[-1] + 1)
         batch: Batch = []
         for i in wanted:
             try:
-                data = self.layout.content(nodes[i])
+                data = self.layout.content(nodes[i - first])
             except Exception:  # its read fails (EIO) as without a store
                 continue
             if len(data) == sizes[done + i]:  # a store past the listed size would change the file's size

@@ -166,3 +166,26 @@ def test_a_bufvec_of_fd_ranges_and_bytes_is_freed_whole() -> None:
     assert [(b.size, b.fd, b.pos) for b in bufs][0] == (10, 5, 100)
     assert ctypes.string_at(bufs[1].mem, bufs[1].size) == b"abc" and bufs[2].size == 0
     libfuse.free_bufvec(address)  # glibc aborts the process on a bad or double free: the test would not pass
+
+
+STORE_PROBE = r"""
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <stdio.h>
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_lowlevel_notify_store),
+    int (*)(struct fuse_session *, fuse_ino_t, off_t, struct fuse_bufvec *, enum fuse_buf_copy_flags)),
+    "fuse_lowlevel_notify_store is declared otherwise");
+int main(void) {
+    printf("notify_store %zu %zu %zu %zu %zu\n", sizeof(struct fuse_session *), sizeof(fuse_ino_t), sizeof(off_t),
+           sizeof(struct fuse_bufvec *), sizeof(enum fuse_buf_copy_flags));
+    return 0;
+}
+"""
+
+
+def test_notify_store_is_bound_as_fuse_lowlevel_h_declares_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The program does not build if the function is declared with other types; its arguments' sizes are those
+    ctypes passes."""
+    found = _probe(tmp_path_factory, "store_probe", STORE_PROBE, "fuse_lowlevel.h")
+    assert ll.notify_store.restype is ctypes.c_int
+    assert found["notify_store"] == tuple(ctypes.sizeof(t) for t in ll.notify_store.argtypes)
