@@ -1,8 +1,11 @@
 """Which files a listing stores into the kernel's page cache (``InodeFS._store_listed``), called directly with the
-batches caught: value files up to a page, each with the bytes torch's value gives, once, none that fails."""
+batches caught: value files up to a page, each with the bytes torch's value gives, once, none that fails; nothing
+until a value file is read."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from corpus import save_zip
 import ckptfs
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import inodes
 from ckptfs.fuse.inodes import InodeFS
 from ckptfs.fuse.page_store import Batch
@@ -58,6 +62,13 @@ def _directory(fs: InodeFS, path: str) -> Dir:
     node = fs.layout.lookup(path)
     assert isinstance(node, Dir)
     return node
+
+
+def _bufvec_bytes(address: int) -> bytes:
+    vec = libfuse.FuseBufvec.from_address(address)
+    bufs = (libfuse.FuseBuf * vec.count).from_address(address + libfuse.FuseBufvec.buf.offset)
+    assert not any(buf.flags & libfuse.FUSE_BUF_IS_FD for buf in bufs)
+    return b"".join(ctypes.string_at(buf.mem, buf.size) for buf in bufs)
 
 
 def _listed(fs: InodeFS, directory: Dir) -> list[Node]:
@@ -125,3 +136,30 @@ def test_no_more_than_store_files_per_directory(mounted: Any, monkeypatch: pytes
     fs._store_listed(directory, len(_listed(fs, directory)) + 2)
     fs._store_listed(directory, len(_listed(fs, directory)) + 2)
     assert sorted(caught.files().values()) == sorted(_expected(v) for v in VALUES[:3])
+
+
+def test_listings_store_nothing_until_a_value_file_is_read(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests answered with ``fuse_reply_buf`` caught (no kernel to answer): the listing, then a tensor's sidecar
+    read, then a value's."""
+    fs, caught, loaded = mounted
+    replies: list[bytes] = []
+    monkeypatch.setattr(inodes.ll, "reply_buf", lambda req, data, size: replies.append(
+        data[:size] if isinstance(data, bytes) else ctypes.string_at(data, size) if size else b""))
+    monkeypatch.setattr(inodes.ll, "reply_data", lambda req, bufvec, flags: replies.append(_bufvec_bytes(bufvec)))
+    monkeypatch.setattr(inodes.ll, "reply_err", lambda req, code: pytest.fail(f"answered {errno.errorcode[code]}"))
+    vals, tensors = _directory(fs, "/vals"), _directory(fs, "/t")
+    for directory in (vals, tensors):
+        end = len(_listed(fs, directory)) + 2
+        fs._readdirplus(0, directory.ino, 1 << 16, 0, None)
+        fs._readdirplus(0, directory.ino, 1 << 16, end, None)
+    sidecar = next(node for node in _listed(fs, tensors) if node.kind is Kind.VIEW and node.name.endswith(".json"))
+    fs._read(0, sidecar.ino, 1 << 16, 0, None)
+    assert caught.batches == [] and replies[-1] == bytes(fs.layout.content(sidecar))
+    seven = fs.layout.entry(vals, "4")
+    fs._read(0, seven.ino, 1 << 16, 0, None)
+    assert replies[-1] == b"7\n"
+    assert len(caught.files()) == len(VALUES) - 2
+    deep = _directory(fs, "/deep/a")
+    fs._readdirplus(0, deep.ino, 1 << 16, 4, None)  # from now on, listings store
+    assert sorted(caught.batches[-1]) == sorted([(fs.layout.entry(deep, "s").ino, b"run/1\n"),
+                                                (fs.layout.entry(deep, "n").ino, b"None\n")])

@@ -1,7 +1,8 @@
 """Value files through a real mount, stored into the kernel's page cache as their directory is listed
-(``fuse.page_store``): once listed, a small value file's page is in the cache before anything reads it (mincore of
-a mapping of it, which reads nothing), and every file then reads the bytes torch's values give, on a read-only
-mount answering in one thread or several; a file over a page is read as before; ``-o rw`` mounts read the same."""
+(``fuse.page_store``) once a value file has been read: listed and nothing read, no page is cached (mincore of a
+mapping of the file, which reads nothing); one value read, every small value file listed is cached before anything
+reads it, and every file then reads the bytes torch's values give, on a read-only mount answering in one thread or
+several; a file over a page is read as before; ``-o rw`` mounts read the same."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def test_listed_value_files_are_cached_before_any_read_and_read_as_torch_wrote(s
     assert _list_all(mnt) == set(files) | {mnt / ".ckptfs" / "index.json"}
     small = [path for path, data in files.items() if 0 < len(data) <= STORE_FILE_BYTES]
     assert len(small) == len(files) - 1 - sum(not data for data in files.values())
+    assert not any(_cached(path) for path in small)
+    assert (mnt / "epoch").read_bytes() == b"3\n"
     wait_until(lambda: all(_cached(path) for path in small))
     assert not _cached(mnt / "big")
     names = sorted(files)
