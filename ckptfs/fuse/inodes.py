@@ -51,6 +51,8 @@ STORE_FILE_BYTES = 4096
 """Value files up to this size (one page of the kernel's cache each) are stored as their directory is listed."""
 STORE_FILES = 1 << 16
 """Files stored per directory at most: a listing of more leaves the rest to be read (a page each: 256 MiB)."""
+STORE_BATCH = 1024
+"""Files handed to the storing thread at once: it stores a long listing's first files while the rest are made."""
 STORED_DIRECTORIES = 1 << 20
 """Directories whose stored part is remembered; past it all are forgotten (a listing stores nothing twice)."""
 
@@ -276,6 +278,9 @@ class InodeFS(CheckpointFS):
                 continue
             if len(data) == sizes[done + i]:  # a store past the listed size would change the file's size
                 batch.append((inos[i], bytes(data)))
+                if len(batch) >= STORE_BATCH:
+                    store.put(batch)
+                    batch = []
         store.put(batch)
 
     def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:

@@ -163,3 +163,13 @@ def test_listings_store_nothing_until_a_value_file_is_read(mounted: Any, monkeyp
     fs._readdirplus(0, deep.ino, 1 << 16, 4, None)  # from now on, listings store
     assert sorted(caught.batches[-1]) == sorted([(fs.layout.entry(deep, "s").ino, b"run/1\n"),
                                                 (fs.layout.entry(deep, "n").ino, b"None\n")])
+
+
+def test_a_long_listing_is_handed_over_in_batches(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs, caught, loaded = mounted
+    monkeypatch.setattr(inodes, "STORE_BATCH", 4)
+    directory = _directory(fs, "/vals")
+    fs._store_listed(directory, len(_listed(fs, directory)) + 2)
+    assert [len(batch) for batch in caught.batches] == [4, 4, 1]
+    assert [data for batch in caught.batches for _, data in batch] == [
+        _expected(v) for v in loaded["vals"] if 0 < len(_expected(v)) <= inodes.STORE_FILE_BYTES]
