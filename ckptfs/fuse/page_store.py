@@ -8,8 +8,12 @@ evicted (sizes never change while mounted, so attribute refreshes keep them).
 The stores are made by a thread of their own, never by the thread answering
 requests: the kernel locks a page while a read of it waits for its READ, and a
 store into that page waits for the lock, so a store made by the only thread that
-could answer that READ would wait forever. A store that fails (the inode not or
-no longer in the kernel, the session ending) is dropped: the file is then read
+could answer that READ would wait forever. For the same reason, when the request
+loop has ended (a signal stops it while mounted), requests are still answered
+here until the storing thread is done: its last store may wait for such a READ,
+and the kernel, which would fail that READ once the session's device is closed,
+does not while a store is being written to it. A store that fails (the inode not
+or no longer in the kernel, the session ending) is dropped: the file is then read
 as before.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import select
 import signal
 import threading
 
@@ -26,6 +31,10 @@ from ckptfs.fuse import lowlevel as ll
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Blocked in the storing thread: libfuse's handlers must interrupt the request loop's read, not this thread."""
 
+_free = ctypes.CDLL(None).free
+_free.restype, _free.argtypes = None, [ctypes.c_void_p]
+DRAIN_POLL = 0.05
+"""Seconds between checks of the storing thread while requests are answered after the loop."""
 Batch = list[tuple[int, bytes]]
 """``(inode number, the file's whole bytes)`` pairs."""
 
@@ -36,6 +45,7 @@ class PageStore:
     def __init__(self, session: int) -> None:
         self._session = session
         self._batches: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        self._closing = False
         self.stored = self.failed = 0
         """Files stored, and those whose store failed (counted for tests and logs)."""
         self._thread = threading.Thread(target=self._run, name="ckptfs-page-store", daemon=True)
@@ -50,9 +60,27 @@ class PageStore:
             self._batches.put(batch)
 
     def close(self) -> None:
-        """Lets the thread store what is queued and end (before the session is destroyed: it uses it)."""
+        """Once the request loop has ended, before the session is unmounted: drops what is queued and answers
+        requests until the thread's last store is done."""
+        self._closing = True
         self._batches.put(None)
-        self._thread.join()
+        fd = ll.session_fd(self._session)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        buf = libfuse.FuseBuf()  # its memory allocated by libfuse, freed here
+        answering = fd >= 0
+        try:
+            while self._thread.is_alive():
+                events = poller.poll(DRAIN_POLL * 1000) if answering else []
+                if any(flags & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, flags in events):
+                    answering = False  # unmounted: the kernel fails every request itself
+                elif events:
+                    ll.session_reset(self._session)  # the loop's end marked it exited: it would read and drop one
+                    if ll.session_receive_buf(self._session, ctypes.byref(buf)) > 0:
+                        ll.session_process_buf(self._session, ctypes.byref(buf))
+                self._thread.join(0 if answering else DRAIN_POLL)
+        finally:
+            _free(buf.mem)
 
     def _run(self) -> None:
         bufvec = libfuse.FuseBufvec()
@@ -60,6 +88,8 @@ class PageStore:
         address = ctypes.addressof(bufvec)
         while (batch := self._batches.get()) is not None:
             for ino, data in batch:
+                if self._closing:
+                    break
                 held = ctypes.c_char_p(data)  # points into ``data``: no copy; kept alive by ``data`` in ``batch``
                 bufvec.count, bufvec.idx, bufvec.off = 1, 0, 0
                 buf.size, buf.flags, buf.mem, buf.fd, buf.pos = len(data), 0, ctypes.cast(held, ctypes.c_void_p).value, -1, 0

@@ -33,15 +33,14 @@ def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multit
     if not session:
         raise MountError(f"libfuse could not mount {mountpoint} (options {','.join(options)!r})")
     try:
-        with fs.storing(session):
-            status = _mount_and_loop(session, mountpoint, multithreaded)
+        status = _mount_and_loop(fs, session, mountpoint, multithreaded)
     finally:
         ll.session_destroy(session)
     if status < 0 or (status > 0 and status not in STOPPING_SIGNALS):
         raise MountError(f"the FUSE session of {mountpoint} failed: {os.strerror(abs(status))}")
 
 
-def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
+def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: bool) -> int:
     # libfuse installs a handler only where the default is: Python's own SIGINT handler would never run (the loop
     # is in C), so it makes way while the session runs.
     python_handler = signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -52,7 +51,8 @@ def _mount_and_loop(session: int, mountpoint: str, multithreaded: bool) -> int:
             if ll.session_mount(session, os.fsencode(mountpoint)) != 0:
                 raise MountError(f"libfuse could not mount {mountpoint}")
             try:
-                return _loop(session, multithreaded)
+                with fs.storing(session):  # ends before the unmount closes the session's device
+                    return _loop(session, multithreaded)
             finally:
                 ll.session_unmount(session)
         finally:

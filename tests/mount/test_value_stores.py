@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 from corpus import save_zip
 
 from ckptfs.fuse.inodes import STORE_FILE_BYTES
-from mount.helpers import Mounter, daemon_pids, force_unmount, wait_until
+from mount.helpers import Mounter, daemon_pids, force_unmount, mount_points, wait_until
 
 BIG = "é" * STORE_FILE_BYTES
 """Its file is twice a page: not stored, read by READs."""
@@ -116,3 +117,22 @@ def test_the_daemon_ends_when_unmounted_after_storing(source: Path, mounter: Mou
     force_unmount(mnt)
     wait_until(lambda: not Path(f"/proc/{pids[0]}").exists()
                or Path(f"/proc/{pids[0]}/stat").read_text().split(") ")[1].startswith("Z"))
+
+
+def test_a_signal_while_storing_and_reading_stops_the_daemon(tmp_path: Path, mounter: Mounter) -> None:
+    """SIGTERM while the storing thread stores 20,000 files and a cat reads them: the daemon unmounts and ends (a
+    store waiting for a page that a read holds is let go), the cat ends."""
+    source = save_zip({"many": [i / 3 for i in range(20_000)]}, tmp_path / "many.pt")
+    mnt = mounter(source)
+    names = sorted(_list_all(mnt), key=lambda path: int(path.name) if path.parent.name == "many" else -1)
+    (pid,) = daemon_pids(mnt)
+    assert (mnt / "many" / "0").read_bytes() == b"0.0\n"  # the first value read: the listing is being stored
+    reader = subprocess.Popen(["cat", *map(str, names[::-1])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists()
+                   or Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"))
+        assert str(mnt) not in mount_points()
+        reader.wait(timeout=20)
+    finally:
+        reader.kill()
