@@ -126,7 +126,7 @@ def test_directories_of_tensors_or_containers_store_nothing(mounted: Any) -> Non
         directory = _directory(fs, path)
         fs._store_listed(directory, len(_listed(fs, directory)) + 2)
     assert caught.batches == []
-    assert [n.kind for n in _listed(fs, _directory(fs, "/t"))][0] is Kind.TENSOR
+    assert _listed(fs, _directory(fs, "/t"))[0].kind is Kind.TENSOR
 
 
 def test_no_more_than_store_files_per_directory(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,7 +141,7 @@ def test_no_more_than_store_files_per_directory(mounted: Any, monkeypatch: pytes
 def test_listings_store_nothing_until_a_value_file_is_read(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests answered with ``fuse_reply_buf`` caught (no kernel to answer): the listing, then a tensor's sidecar
     read, then a value's."""
-    fs, caught, loaded = mounted
+    fs, caught, _ = mounted
     replies: list[bytes] = []
     monkeypatch.setattr(inodes.ll, "reply_buf", lambda req, data, size: replies.append(
         data[:size] if isinstance(data, bytes) else ctypes.string_at(data, size) if size else b""))
