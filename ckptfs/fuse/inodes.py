@@ -54,7 +54,7 @@ STORE_FILES = 1 << 16
 STORE_BATCH = 1024
 """Files handed to the storing thread at once: it stores a long listing's first files while the rest are made."""
 STORED_DIRECTORIES = 1 << 20
-"""Directories whose stored part is remembered; past it all are forgotten (a listing stores nothing twice)."""
+"""Directories whose stored part is remembered (no listing stores a file twice); past it all are forgotten."""
 
 
 def _answering(method: Callable[..., None]) -> Callable[..., None]:

@@ -20,6 +20,7 @@ as before.
 from __future__ import annotations
 
 import ctypes
+import logging
 import queue
 import select
 import signal
@@ -27,6 +28,8 @@ import threading
 
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
+
+log = logging.getLogger("ckptfs.fuse.mount")
 
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Blocked in the storing thread: libfuse's handlers must interrupt the request loop's read, not this thread."""
@@ -47,7 +50,7 @@ class PageStore:
         self._batches: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._closing = False
         self.stored = self.failed = 0
-        """Files stored, and those whose store failed (counted for tests and logs)."""
+        """Files stored, and those whose store failed (logged at the end)."""
         self._thread = threading.Thread(target=self._run, name="ckptfs-page-store", daemon=True)
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)  # inherited by the thread
         try:
@@ -66,9 +69,10 @@ class PageStore:
         self._batches.put(None)
         fd = ll.session_fd(self._session)
         poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        buf = libfuse.FuseBuf()  # its memory allocated by libfuse, freed here
         answering = fd >= 0
+        if answering:
+            poller.register(fd, select.POLLIN)
+        buf = libfuse.FuseBuf()  # its memory allocated by libfuse, freed here
         try:
             while self._thread.is_alive():
                 events = poller.poll(DRAIN_POLL * 1000) if answering else []
@@ -81,6 +85,7 @@ class PageStore:
                 self._thread.join(0 if answering else DRAIN_POLL)
         finally:
             _free(buf.mem)
+        log.debug("page store: %d files stored, %d stores failed", self.stored, self.failed)
 
     def _run(self) -> None:
         bufvec = libfuse.FuseBufvec()
@@ -92,7 +97,8 @@ class PageStore:
                     break
                 held = ctypes.c_char_p(data)  # points into ``data``: no copy; kept alive by ``data`` in ``batch``
                 bufvec.count, bufvec.idx, bufvec.off = 1, 0, 0
-                buf.size, buf.flags, buf.mem, buf.fd, buf.pos = len(data), 0, ctypes.cast(held, ctypes.c_void_p).value, -1, 0
+                buf.size, buf.flags, buf.fd, buf.pos = len(data), 0, -1, 0
+                buf.mem = ctypes.cast(held, ctypes.c_void_p).value
                 if ll.notify_store(self._session, ino, 0, address, 0) == 0:
                     self.stored += 1
                 else:
