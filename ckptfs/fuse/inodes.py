@@ -12,6 +12,12 @@ Directories and files need no open (ENOSYS: the kernel's ``no_opendir`` and
 ``no_open``, which also keep listings and pages cached); reads find their file
 by inode number among those kept (``fuse.opened``) and are answered with the
 bufvecs ``CheckpointFS.read_buf`` makes (file-descriptor ranges where it can).
+
+Small value files need no READ at all: once the kernel holds a listing's
+entries, their bytes are pushed into its page cache (``fuse.page_store``).
+Listings store nothing until a value file is first read: a mount only listed
+(``ls -l``, ``find -ls``) pays no store; the first read of a value stores what
+was listed until then, and listings store from then on.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 from ckptfs.errors import CkptfsError
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs.pieces import SourceBytes, TensorBytes
 from ckptfs.fs.zarr import ZARR_INO, ZarrDir
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
+from ckptfs.fuse.page_store import Batch, PageStore
 from ckptfs.gc_pause import gc_paused
 
 log = logging.getLogger("ckptfs.fuse.mount")
@@ -40,6 +48,14 @@ log = logging.getLogger("ckptfs.fuse.mount")
 ENTRY_SIZE = ctypes.sizeof(ll.FuseEntryParam)
 ATTR = ll.FuseEntryParam.attr.offset
 _ADDRESS = ctypes.addressof
+STORE_FILE_BYTES = 4096
+"""Value files up to this size (one page of the kernel's cache each) are stored as their directory is listed."""
+STORE_FILES = 1 << 16
+"""Files stored per directory at most: a listing of more leaves the rest to be read (a page each: 256 MiB)."""
+STORE_BATCH = 1024
+"""Files handed to the storing thread at once: it stores a long listing's first files while the rest are made."""
+STORED_DIRECTORIES = 1 << 20
+"""Directories whose stored part is remembered (no listing stores a file twice); past it all are forgotten."""
 
 
 def _answering(method: Callable[..., None]) -> Callable[..., None]:
@@ -69,10 +85,16 @@ class InodeFS(CheckpointFS):
         """Opens of files (directories) answered with ENOSYS, once the kernel has said it takes that (``_init``)."""
         self._operations: ll.LowLevelOps | None = None
         self.handoff: Callable[[], None] = _stay
-        """Called before a read that may wait on the network (``_may_wait``): the session's loop lets another thread
+        """Called before a read that may wait on the network (``OpenFile.may_wait``): the session's loop lets another thread
         receive the next requests meanwhile (``fuse.turns``)."""
         self.remote = self.checkpoint.source.fileno() is None
         """Reads may wait on the source (a remote store's): a file's first read, tensor bytes gathered from it."""
+        self._store: PageStore | None = None
+        self._stored: dict[int, int] = {}
+        """By directory: the listing positions below this have had their value files stored (or passed over)."""
+        self._held: dict[int, tuple[Dir, int]] | None = {}
+        """Until a value file is read: by directory, the listing positions below this the kernel holds; then None."""
+        self._value_read = False
         entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
         ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
         self._entry = bytes(entry)
@@ -88,6 +110,16 @@ class InodeFS(CheckpointFS):
                 opendir=ll.WITH_FILE(self._opendir), read=ll.LISTING(self._read), readdir=ll.LISTING(self._readdir),
                 readdirplus=ll.LISTING(self._readdirplus), statfs=ll.BY_INO(self._statfs))
         return found
+
+    @contextmanager
+    def storing(self, session: int) -> Iterator[PageStore]:
+        """Value files' bytes stored into ``session``'s page cache as listed, while in this context."""
+        self._store = store = PageStore(session)
+        try:
+            yield store
+        finally:
+            self._store = None
+            store.close()
 
     # -- nodes by number -----------------------------------------------------------
 
@@ -176,16 +208,32 @@ class InodeFS(CheckpointFS):
 
     @_answering
     def _readdirplus(self, req: int, ino: int, size: int, offset: int, fi: int | None) -> None:
-        self._list(req, ino, size, offset, True)
+        directory = self._list(req, ino, size, offset, True)
+        if directory is None or offset <= 2 or self._store is None:
+            return
+        listed = self._held
+        if listed is not None:  # no value read yet: stored when one is
+            if len(listed) >= STORED_DIRECTORIES:
+                listed.clear()
+            listed[directory.ino] = (directory, offset)
+            return
+        try:  # answered already: a failure here must not answer again
+            self._store_listed(directory, offset)
+        except Exception:
+            log.exception("storing the value files listed in %s", self.layout.path_of(directory))
 
-    def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> None:
+    def _list(self, req: int, ino: int, size: int, offset: int, plus: bool) -> Dir | None:
         """Entries from ``offset`` on (each with its attributes if ``plus``) until ``size`` bytes are full, from
-        the windows ``CheckpointFS`` makes (each entry's ``fuse_entry_param`` one after another)."""
+        the windows ``CheckpointFS`` makes (each entry's ``fuse_entry_param`` one after another); the directory
+        listed, if there is one."""
         directory = self._directory(req, ino)
         if directory is None:
-            return
+            return None
+        sizes = self._listing(directory).sizes
+        if offset >= len(sizes):  # the request after the last entry, which every listing ends with
+            ll.reply_buf(req, None, 0)
+            return directory
         with gc_paused():
-            sizes = self._listing(directory).sizes
             if isinstance(directory, ZarrDir):
                 self._mirrored.update((node.ino, node) for node in directory.head)
             buffer = ctypes.create_string_buffer(size)
@@ -202,9 +250,44 @@ class InodeFS(CheckpointFS):
                     need = add(req, base + used, size - used, names[index], entry, start + index + 1)
                     if need > size - used:
                         ll.reply_buf(req, base, used)
-                        return
+                        return directory
                     used += need
         ll.reply_buf(req, base, used)
+        return directory
+
+    def _store_listed(self, directory: Dir, offset: int) -> None:
+        """Stores the value files of the directory's entries before ``offset``: a listing request from ``offset``
+        means the kernel has made the inodes of those before (a store into an inode it does not hold fails)."""
+        store, stored = self._store, self._stored
+        done = stored.get(directory.ino, 0)
+        if store is None or offset <= done or done >= STORE_FILES or isinstance(directory, ZarrDir):
+            return
+        if len(stored) >= STORED_DIRECTORIES:
+            stored.clear()
+        if not done:  # first seen: a directory with no value (of tensors, say) is passed over at once
+            done = 2 if any(child.kind is Kind.VALUE for child in self.layout.children(directory)) else STORE_FILES
+        stop = stored[directory.ino] = max(min(offset, STORE_FILES), done)
+        if stop <= done:
+            return
+        sizes = self._listing(directory).sizes
+        _, inos, kinds = self.layout.listing_columns(directory, done - 2, stop - 2)
+        wanted = [i for i, kind in enumerate(kinds) if kind is Kind.VALUE and 0 < sizes[done + i] <= STORE_FILE_BYTES]
+        if not wanted:
+            return
+        first = wanted[0]
+        nodes = self.layout.listing_slice(directory, done - 2 + first, done - 2 + wanted[-1] + 1)
+        batch: Batch = []
+        for i in wanted:
+            try:
+                data = self.layout.content(nodes[i - first])
+            except Exception:  # its read fails (EIO) as without a store
+                continue
+            if len(data) == sizes[done + i]:  # a store past the listed size would change the file's size
+                batch.append((inos[i], bytes(data)))
+                if len(batch) >= STORE_BATCH:
+                    store.put(batch)
+                    batch = []
+        store.put(batch)
 
     def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
         """A window's ``fuse_entry_param``s, one after another: the template repeated, the fields that differ
@@ -228,8 +311,10 @@ class InodeFS(CheckpointFS):
         if opened is not None and opened.data is not None:  # generated bytes (a value's): no bufvec to make and free
             chunk = bytes(memoryview(opened.data)[offset : offset + size])
             ll.reply_buf(req, chunk, len(chunk))
+            if self._value_read and self._held is not None:
+                self._store_all_listed()
             return
-        if self.handoff is not _stay and opened is not None and self._may_wait(opened, offset, size):
+        if self.handoff is not _stay and opened is not None and opened.may_wait(offset, size, self.remote):
             self.handoff()
         self._send_read(req, ino, size, offset)
 
@@ -247,23 +332,14 @@ class InodeFS(CheckpointFS):
             for source, leased in self._leases.pop(threading.get_ident(), ()):
                 source.release(leased)
 
-    def _may_wait(self, opened: OpenFile, offset: int, size: int) -> bool:
-        """Whether answering may wait on a store (a remote source's cache misses): what is not surely at hand, a
-        local file's bytes, generated bytes or those a source ``holds``, may."""
-        if opened.fd >= 0:
-            return False
-        for part in opened.content.cover(offset, size):
-            piece = part.piece
-            if isinstance(piece, SourceBytes):
-                source = piece.extent.source
-                holds = getattr(source, HOLDS, None)
-                if holds is None and source.fileno() is None:
-                    return True
-                if holds is not None and not holds(piece.extent.offset + part.start, part.length):
-                    return True
-            elif isinstance(piece, TensorBytes) and self.remote:
-                return True
-        return False
+    def _store_all_listed(self) -> None:
+        """The first value file is read: what was listed until now is stored, listings store from now on."""
+        listed, self._held = self._held, None
+        for directory, offset in (listed or {}).values():
+            try:  # the read is answered already: a failure here must not answer again
+                self._store_listed(directory, offset)
+            except Exception:
+                log.exception("storing the value files listed in %s", self.layout.path_of(directory))
 
     def _unopened(self, ino: int) -> OpenFile | None:
         """The file ``ino`` as an open would make it, kept for the reads that follow; None (logged) if it cannot be
@@ -282,17 +358,13 @@ class InodeFS(CheckpointFS):
             log.error("%s: %s", path, exc)
             return None
         self._kept.add(ino, opened)
+        self._value_read = self._value_read or node.kind is Kind.VALUE
         return opened
 
     @_answering
     def _statfs(self, req: int, ino: int) -> None:
         found = ll.StatVfs(**self.statfs("/"))
         ll.reply_statfs(req, _ADDRESS(found))
-
-
-HOLDS = "holds"
-"""Optional method of a source, ``holds(offset, length) -> bool``: whether those bytes are at hand, so that a read
-of them waits on nothing (a remote source's cache holds them)."""
 
 
 def _stay() -> None:

@@ -135,6 +135,12 @@ reply_data = _function("fuse_reply_data", ctypes.c_int, _REQ, _PTR, ctypes.c_int
 reply_statfs = _function("fuse_reply_statfs", ctypes.c_int, _REQ, _PTR)
 add_direntry = _function("fuse_add_direntry", _SIZE, _REQ, _PTR, _SIZE, ctypes.c_char_p, _PTR, _OFF)
 add_direntry_plus = _function("fuse_add_direntry_plus", _SIZE, _REQ, _PTR, _SIZE, ctypes.c_char_p, _PTR, _OFF)
+session_fd = _function("fuse_session_fd", ctypes.c_int, _SESSION)
+session_reset = _function("fuse_session_reset", None, _SESSION)
+"""``fuse_session_fd`` and ``reset``, with ``receive_buf`` and ``process_buf``: requests answered after the loop
+has ended (``fuse.page_store``)."""
+notify_store = _function("fuse_lowlevel_notify_store", ctypes.c_int, _SESSION, _INO, _OFF, _PTR, ctypes.c_int)
+"""``(session, ino, offset, struct fuse_bufvec *, enum fuse_buf_copy_flags)``: see ``fuse.page_store``."""
 
 
 def make_args(arguments: list[bytes]) -> FuseArgs:

@@ -53,7 +53,8 @@ def _mount_and_loop(fs: InodeFS, session: int, mountpoint: str, multithreaded: b
             if ll.session_mount(session, os.fsencode(mountpoint)) != 0:
                 raise MountError(f"libfuse could not mount {mountpoint}")
             try:
-                return _loop(fs, session, multithreaded)
+                with fs.storing(session):  # ends before the unmount closes the session's device
+                    return _loop(fs, session, multithreaded)
             finally:
                 ll.session_unmount(session)
         finally:

@@ -12,6 +12,8 @@ Figures, per run and checkpoint, on a fresh mount (``ckptfs mount`` returned; no
 
 * ``values_cat_KIND``      the find's wall seconds; plain: the same files copied into a directory of the work
                            directory's file system, warm (find and cat alone: the floor)
+* ``values_ls_KIND``       ``find MNT -ls > /dev/null`` on another fresh mount: listing alone, nothing read (value
+                           files are stored into the page cache only once one is read: this one must not pay it)
 * ``values_cat_cpu_KIND``  the daemon's CPU time during it, per file read (µs)
 * ``values_rss_KIND``      the daemon's peak RSS after it
 
@@ -51,6 +53,10 @@ def define_checks(bench: Any) -> None:
                             f"find -type f -exec cat, {n} values ({kind}), seconds"))
         checks.append(Check(f"values_cat_{kind}", "ckptfs", "plain", "<=", None,
                             f"find -type f -exec cat ({kind}) / the same files in a plain directory"))
+        checks.append(Check(f"values_ls_{kind}", "ckptfs", None, "<=", None,
+                            f"find -ls, {n} values ({kind}), nothing read, seconds"))
+        checks.append(Check(f"values_ls_{kind}", "ckptfs", "plain", "<=", None,
+                            f"find -ls ({kind}) / the same files in a plain directory"))
         checks.append(Check(f"values_cat_cpu_{kind}", "ckptfs", None, "<=", None,
                             f"daemon CPU per file read ({kind}), us"))
         checks.append(Check(f"values_rss_{kind}", "ckptfs", None, "<=", None,
@@ -77,6 +83,10 @@ def _cat_all(root: str) -> float:
     return timed(["find", root, "-type", "f", "-exec", "cat", "{}", "+"])
 
 
+def _list_all(root: str) -> float:
+    return timed(["find", root, "-ls"])
+
+
 def _files(root: str) -> int:
     return subprocess.run(["find", root, "-type", "f"], capture_output=True, check=True).stdout.count(b"\n")
 
@@ -90,6 +100,7 @@ def run(bench: Any) -> None:
         cat = res.fig(f"values_cat_{kind}", f"find -type f -exec cat, {n} values ({kind})", "s")
         cpu = res.fig(f"values_cat_cpu_{kind}", f"daemon CPU per file read, {n} values ({kind})", "us")
         rss = res.fig(f"values_rss_{kind}", f"daemon peak RSS after reading every file ({kind})", "MiB")
+        listed = res.fig(f"values_ls_{kind}", f"find -ls, {n} values ({kind}), nothing read", "s")
         tree = bench.workdir / f"values-tree-{kind}"
         for run_i in range(bench.args.runs):
             log(f"{n} values ({kind}), run {run_i + 1}/{bench.args.runs}")
@@ -110,6 +121,12 @@ def run(bench: Any) -> None:
                         shutil.copytree(m.mnt, tree, symlinks=True)
                 finally:
                     bench.mounts.stop(m)
+                m = bench.mount_ckptfs(src, f"ckptfs-values-{kind}")
+                try:
+                    listed.add("ckptfs", _list_all(m.mnt))
+                finally:
+                    bench.mounts.stop(m)
             if tree.exists():
                 _cat_all(str(tree))  # warm: its pages and inodes in the kernel's caches, as the source is
                 cat.add("plain", _cat_all(str(tree)))
+                listed.add("plain", _list_all(str(tree)))

@@ -166,3 +166,37 @@ def test_a_bufvec_of_fd_ranges_and_bytes_is_freed_whole() -> None:
     assert [(b.size, b.fd, b.pos) for b in bufs][0] == (10, 5, 100)
     assert ctypes.string_at(bufs[1].mem, bufs[1].size) == b"abc" and bufs[2].size == 0
     libfuse.free_bufvec(address)  # glibc aborts the process on a bad or double free: the test would not pass
+
+
+STORE_PROBE = r"""
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <stdio.h>
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_lowlevel_notify_store),
+    int (*)(struct fuse_session *, fuse_ino_t, off_t, struct fuse_bufvec *, enum fuse_buf_copy_flags)),
+    "fuse_lowlevel_notify_store is declared otherwise");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_session_fd), int (*)(struct fuse_session *)), "fd");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_session_reset), void (*)(struct fuse_session *)),
+    "reset");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_session_receive_buf),
+    int (*)(struct fuse_session *, struct fuse_buf *)), "receive_buf");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&fuse_session_process_buf),
+    void (*)(struct fuse_session *, const struct fuse_buf *)), "process_buf");
+int main(void) {
+    printf("notify_store %zu %zu %zu %zu %zu\n", sizeof(struct fuse_session *), sizeof(fuse_ino_t), sizeof(off_t),
+           sizeof(struct fuse_bufvec *), sizeof(enum fuse_buf_copy_flags));
+    return 0;
+}
+"""
+
+
+def test_page_store_calls_are_bound_as_fuse_lowlevel_h_declares_them(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The program does not build if a function is declared with other types; notify_store's arguments' sizes are
+    those ctypes passes, the others take the session and a ``struct fuse_buf`` by address."""
+    found = _probe(tmp_path_factory, "store_probe", STORE_PROBE, "fuse_lowlevel.h")
+    assert ll.notify_store.restype is ctypes.c_int
+    assert found["notify_store"] == tuple(ctypes.sizeof(t) for t in ll.notify_store.argtypes)
+    assert (ll.session_fd.restype, ll.session_receive_buf.restype) == (ctypes.c_int, ctypes.c_int)
+    assert ll.session_reset.restype is None and ll.session_process_buf.restype is None
+    assert [len(f.argtypes) for f in (ll.session_fd, ll.session_reset, ll.session_receive_buf,
+                                      ll.session_process_buf)] == [1, 1, 2, 2]

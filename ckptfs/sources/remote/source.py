@@ -97,7 +97,7 @@ class RemoteSource:
 
     def holds(self, offset: int, length: int) -> bool:
         """Whether the cache holds all of ``[offset, offset + length)``: a read of it waits on no fetch
-        (``fuse.inodes.HOLDS``)."""
+        (``fuse.opened.HOLDS``)."""
         with self._lock:
             return not self._cache.gaps(offset, offset + length)
 
