@@ -85,8 +85,8 @@ class InodeFS(CheckpointFS):
         """Opens of files (directories) answered with ENOSYS, once the kernel has said it takes that (``_init``)."""
         self._operations: ll.LowLevelOps | None = None
         self.handoff: Callable[[], None] = _stay
-        """Called before a read that may wait on the network (``OpenFile.may_wait``): the session's loop lets another thread
-        receive the next requests meanwhile (``fuse.turns``)."""
+        """Called before a read that may wait on the network (``OpenFile.may_wait``): the session's loop lets another
+        thread receive the next requests meanwhile (``fuse.turns``)."""
         self.remote = self.checkpoint.source.fileno() is None
         """Reads may wait on the source (a remote store's): a file's first read, tensor bytes gathered from it."""
         self._store: PageStore | None = None
