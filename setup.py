@@ -4,6 +4,7 @@ with ctypes. Without a C compiler the build skips it and ckptfs runs its pure-Py
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ckptfs.pickle._cscan", ["ckptfs/pickle/_cscan.c", "ckptfs/pickle/_cscan_zip.c"],
+setup(ext_modules=[Extension("ckptfs.pickle._cscan", ["ckptfs/pickle/_cscan.c", "ckptfs/pickle/_cscan_zip.c",
+                                                        "ckptfs/pickle/_cscan_dcp.c"],
                              depends=["ckptfs/pickle/_cscan.h"], extra_compile_args=["-O2", "-std=c11"],
                              optional=True)])
