@@ -1,32 +1,19 @@
 """A DCP ``.metadata`` pickle made into its records from the compiled scanner's rows (``ckptfs.pickle.cscan.dcp``).
 
 The rows stand for what the reference interpreter's value holds where ``dcp_metadata.parse_metadata`` reads it,
-in the pickle's order: the scanner checked the forms (classes, attribute names, kinds of values, sizes as
-non-negative int64s of at most 64 dimensions); the records are made here with ``dcp_metadata``'s own checks.
-Whatever would raise makes the pure-Python paths parse instead (their error is the answer): ``metadata`` returns
-None.
+in the pickle's order. The scanner made ``dcp_metadata``'s checks (classes, attribute names, kinds of values, sizes
+as non-negative int64s of at most 64 dimensions and fewer than 2**62 elements, chunks of the tensor's rank inside
+it, file names and byte ranges, non-empty planner paths) and refused where one would fail; a dtype ckptfs does not
+know is refused here. The pure-Python paths then parse the same bytes (their error is the answer): ``metadata``
+returns None.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from ckptfs.errors import CkptfsError
-from ckptfs.formats.dcp_records import (
-    MAX_ELEMENTS,
-    DcpMetadata,
-    ItemKey,
-    StorageInfo,
-    TensorItem,
-    checked_box,
-    checked_info,
-)
+from ckptfs.formats.dcp_records import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem
 from ckptfs.limits import Limits
-from ckptfs.model.dtypes import DType, dtype_by_name
+from ckptfs.model.dtypes import dtype_by_name
 from ckptfs.pickle import cscan
-
-_UNSEEN: Any = object()
 
 
 class _Refused(Exception):
@@ -41,60 +28,46 @@ def metadata(data: bytes, limits: Limits) -> DcpMetadata | None:
         return None
     try:
         return _records(data, tables)
-    except (_Refused, CkptfsError, UnicodeDecodeError):
+    except _Refused:
         return None
 
 
 def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
-    # A name is one opcode's text, met again through the memo (planner_data, storage_data): known by its offset.
-    texts: dict[int, str] = {}
-
-    def text(at: int, length: int) -> str:
-        found = texts.get(at)
-        if found is None:
-            found = texts[at] = data[at : at + length].decode("ascii")
-        return found
-
     pool = tuple(tables["pool"].tolist())
-    dtypes: dict[int, DType | None] = {}
+    items_rows = tables["items"].tolist()
+    # A name is one opcode's text, met again through the memo (planner_data, storage_data): known by its offset.
+    names = [data[at : at + length].decode("ascii") for at, length in zip(items_rows[0::3], items_rows[1::3])]
+    texts = dict(zip(items_rows[0::3], names))
+    tensor_rows = tables["tensors"].tolist()
+    dtypes = {at: dtype_by_name(data[at : at + length].decode("ascii"))
+              for at, length in set(zip(tensor_rows[0::7], tensor_rows[1::7]))}
+    if None in dtypes.values():
+        raise _Refused
     chunks = tables["chunks"].tolist()
-    tensors = []
-    for name_at, name_length, grad, size_at, rank, first, count in cscan.rows(tables["tensors"], 7):
-        dtype = dtypes.get(name_at, _UNSEEN)
-        if dtype is _UNSEEN:
-            dtype = dtypes[name_at] = dtype_by_name(data[name_at : name_at + name_length].decode("ascii"))
-        if dtype is None:
-            raise _Refused
-        tensors.append((dtype, pool[size_at : size_at + rank], grad == 1, first, count))
-    items: dict[str, TensorItem | None] = {}
-    for key_at, key_length, row in cscan.rows(tables["items"], 3):
-        fqn = text(key_at, key_length)
-        if row < 0:
-            items[fqn] = None
-            continue
-        dtype, size, grad, first, count = tensors[row]
-        if math.prod(size) >= MAX_ELEMENTS:
-            raise _Refused
-        boxes = []
-        for c in range(first * 4, (first + count) * 4, 4):
-            offsets_at, offsets_rank, sizes_at, sizes_rank = chunks[c : c + 4]
-            boxes.append(checked_box(fqn, size, pool[offsets_at : offsets_at + offsets_rank],
-                                     pool[sizes_at : sizes_at + sizes_rank]))
-        items[fqn] = TensorItem(dtype, size, grad, boxes)
+    boxes = [Box(pool[a : a + rank], pool[b : b + rank]) for a, rank, b, _ in zip(*[iter(chunks)] * 4)]
+    tensors = [TensorItem(dtypes[at], pool[size_at : size_at + rank], grad == 1, boxes[first : first + count])
+               for at, _, grad, size_at, rank, first, count in zip(*[iter(tensor_rows)] * 7)]
+    items: dict[str, TensorItem | None] = {
+        name: tensors[row] if row >= 0 else None for name, row in zip(names, items_rows[2::3])}
     storage: dict[ItemKey, StorageInfo] = {}
     for fqn_at, fqn_length, offset_at, rank, path_at, path_length, start, length in cscan.rows(tables["storage"], 8):
-        storage[text(fqn_at, fqn_length), None if offset_at < 0 else pool[offset_at : offset_at + rank]] = \
-            checked_info(text(path_at, path_length), start, length, None)
+        storage[_text(data, texts, fqn_at, fqn_length), None if offset_at < 0 else pool[offset_at : offset_at + rank]] \
+            = StorageInfo(_text(data, texts, path_at, path_length), start, length, ())
     version_at, version_length, has_planner = tables["header"].tolist()
     planner = None
     if has_planner:
         paths = tables["paths"].tolist()
         planner = {}
         for key_at, key_length, first, count in cscan.rows(tables["planner"], 4):
-            path = tuple(text(paths[p + 1], paths[p + 2]) if paths[p] == 0 else paths[p + 1]
-                         for p in range(first * 3, (first + count) * 3, 3))
-            if not path:
-                raise _Refused
-            planner[text(key_at, key_length)] = path
-    return DcpMetadata(items, planner, storage, text(version_at, version_length) if version_at >= 0 else None)
+            planner[_text(data, texts, key_at, key_length)] = tuple(
+                _text(data, texts, paths[p + 1], paths[p + 2]) if paths[p] == 0 else paths[p + 1]
+                for p in range(first * 3, (first + count) * 3, 3))
+    version = _text(data, texts, version_at, version_length) if version_at >= 0 else None
+    return DcpMetadata(items, planner, storage, version)
 
+
+def _text(data: bytes, texts: dict[int, str], at: int, length: int) -> str:
+    found = texts.get(at)
+    if found is None:
+        found = texts[at] = data[at : at + length].decode("ascii")
+    return found

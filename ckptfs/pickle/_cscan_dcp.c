@@ -5,9 +5,10 @@
  * TensorStorageMetadata with TensorProperties' 5-tuple state, torch.Size and a list of ChunkStorageMetadata, or a
  * BytesStorageMetadata), a planner_data dict (str keys, tuples of str and int) or None, a storage_data dict
  * (MetadataIndex keys, _StorageInfo values without transforms) and other attributes of inert values; ASCII strings
- * only; memo gets of strings, globals and scalars only. Anything else, and any input on which the reference
- * interpreter would raise, makes it return CS_REFUSED: the pure-Python paths then parse the same bytes and their
- * value or error is the answer. Limits are passed in and it refuses before reaching them.
+ * only; memo gets of strings, globals, scalars, tuples of ints, sizes and inert objects only. Anything else, and
+ * any input on which the reference interpreter or dcp_metadata's checks would raise, makes it return CS_REFUSED:
+ * the pure-Python paths then parse the same bytes and their value or error is the answer. Limits are passed in and
+ * it refuses before reaching them.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -111,7 +112,8 @@ static int memo_get(scanner *s, int64_t index) {
     value v = ((value *)s->memo.data)[index];
     /* An inert object (torch's layout and memory format) is got again: only ever read as any value, no BUILD. */
     if (v.kind == V_OBJ && v.sub == G_OTHER) v.a = 1;
-    else if (v.kind != V_STR && v.kind != V_GLOBAL && v.kind != V_INT && v.kind != V_BOOL && v.kind != V_NONE)
+    else if (v.kind != V_STR && v.kind != V_GLOBAL && v.kind != V_INT && v.kind != V_BOOL && v.kind != V_NONE &&
+             v.kind != V_INTS && v.kind != V_SIZE) /* immutable: a torch.Size is got again as a chunk's */
         return 0;
     return push(s, v);
 }
@@ -193,7 +195,17 @@ static int build_tensor(scanner *s, int64_t dict, value *made) {
     if (!only(s, dict, names, 3) || attr(s, dict, "properties", &props) != V_PROPS ||
         attr(s, dict, "size", &size) != V_SIZE || attr(s, dict, "chunks", &chunks) != V_LIST)
         return 0;
-    const int64_t *list = I64(s->lists) + chunks.a * 2;
+    const int64_t *list = I64(s->lists) + chunks.a * 2, *pool = I64(s->out[CS_DCP_POOL]);
+    /* dcp_records' checks: fewer elements than int64 holds, each chunk of the tensor's rank and inside it */
+    __int128 numel = 1;
+    for (int64_t i = 0; i < size.b && numel; i++)
+        if ((numel *= pool[size.a + i]) >= LIMIT_62) return 0;
+    for (int64_t c = list[0]; c >= 0 && c < list[0] + list[1]; c++) {
+        const int64_t *chunk = I64(s->out[CS_DCP_CHUNKS]) + c * 4;
+        if (chunk[1] != size.b || chunk[3] != size.b) return 0;
+        for (int64_t i = 0; i < size.b; i++)
+            if (pool[chunk[0] + i] + pool[chunk[2] + i] > pool[size.a + i]) return 0;
+    }
     int64_t row[7] = {props.a, props.b, props.sub, size.a, size.b, list[0] < 0 ? 0 : list[0], list[1]};
     if (!put(&s->out[CS_DCP_TENSORS], row, 7)) return 0;
     *made = (value){V_TENSOR, 0, s->out[CS_DCP_TENSORS].len / 7 - 1, 0};
@@ -231,8 +243,11 @@ static int build_info(scanner *s, int64_t dict, value *made) {
     int has_transforms = attr(s, dict, "transform_descriptors", &transforms);
     if (!only(s, dict, names, 4) || attr(s, dict, "relative_path", &path) != V_STR ||
         attr(s, dict, "offset", &offset) != V_INT || attr(s, dict, "length", &length) != V_INT ||
-        (has_transforms != -1 && has_transforms != V_NONE))
+        (has_transforms != -1 && has_transforms != V_NONE) || offset.a < 0 || length.a < 0 || !path.b ||
+        is(s, path, ".") || is(s, path, ".."))
         return 0;
+    for (int64_t i = 0; i < path.b; i++)
+        if (s->p[path.a + i] == '/' || s->p[path.a + i] == '\\' || s->p[path.a + i] == 0) return 0;
     int64_t row[4] = {path.a, path.b, offset.a, length.a};
     if (!put(&s->info, row, 4)) return 0;
     *made = (value){V_INFO, 0, s->info.len / 4 - 1, 0};
@@ -365,6 +380,7 @@ static int set_items(scanner *s, int64_t from, int64_t target) {
             if (!put(&s->out[CS_DCP_STORAGE], row, 8)) return 0;
         } else {
             int64_t first = s->out[CS_DCP_PATHS].len / 3, count = v.b;
+            if (!count) return 0; /* dcp_metadata refuses an empty path */
             for (int64_t j = 0; j < count; j++) {
                 value e = v.kind == V_INTS ? (value){V_INT, 0, I64(s->out[CS_DCP_POOL])[v.a + j], 0}
                                            : ((value *)s->items.data)[v.a + j];
