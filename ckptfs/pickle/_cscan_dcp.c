@@ -118,10 +118,8 @@ static int memo_get(scanner *s, int64_t index) {
     return push(s, v);
 }
 
-static int stack_global(scanner *s) {
-    if (s->stack.len - base(s) < 2) return 0;
-    value module = V(s)[s->stack.len - 2], name = V(s)[s->stack.len - 1];
-    if (module.kind != V_STR || name.kind != V_STR) return 0;
+/* A global's kind by its module and name (strings), pushed as the reference's inert Global. */
+static int push_global(scanner *s, value module, value name) {
     static const char *const names[] = {"Metadata", "TensorStorageMetadata", "TensorProperties",
                                         "ChunkStorageMetadata", "MetadataIndex"};
     int g = G_OTHER;
@@ -134,8 +132,30 @@ static int stack_global(scanner *s) {
     } else if (is(s, module, "torch")) {
         g = is(s, name, "Size") ? G_SIZE : G_DTYPE;
     }
-    s->stack.len -= 2;
     return push(s, (value){V_GLOBAL, g, name.a, name.b});
+}
+
+static int stack_global(scanner *s) {
+    if (s->stack.len - base(s) < 2) return 0;
+    value module = V(s)[s->stack.len - 2], name = V(s)[s->stack.len - 1];
+    if (module.kind != V_STR || name.kind != V_STR) return 0;
+    s->stack.len -= 2;
+    return push_global(s, module, name);
+}
+
+/* A line of GLOBAL's argument, ASCII (the reference decodes it with errors replaced). */
+static int line(scanner *s, value *text) {
+    int64_t start = s->pos;
+    while (s->pos < s->n && s->p[s->pos] != '\n')
+        if (s->p[s->pos++] & 0x80) return 0;
+    if (s->pos >= s->n) return 0;
+    *text = (value){V_STR, 0, start, s->pos++ - start};
+    return 1;
+}
+
+static int text_global(scanner *s) {
+    value module, name;
+    return line(s, &module) && line(s, &name) && push_global(s, module, name);
 }
 
 /* TUPLE over the values from `from` on: ints into the pool, anything else into items. */
@@ -297,6 +317,7 @@ static int build(scanner *s) {
         case G_INFO: ok = build_info(s, dict, &made); break;
         case G_METADATA: ok = build_root(s, dict); made = (value){V_ROOT, 0, 0, 0}; break;
         case G_OTHER: made.a = 1; break; /* an inert object with its state */
+        case G_BYTES: made = *target; break; /* a bytes item is None whatever its state */
         default: ok = 0;
         }
         if (!ok) return 0;
@@ -444,6 +465,7 @@ static int step(scanner *s) {
     case 'X': return string(s, 4);
     case 0x8c: return string(s, 1);
     case 0x93: return stack_global(s);
+    case 'c': return text_global(s);
     case 'q': return need(s, 1) && ++s->pos && memo_put(s, q[0]);
     case 'r': return need(s, 4) && (s->pos += 4) && memo_put(s, u32(q));
     case 0x94: return memo_put(s, s->memo.len);

@@ -151,3 +151,12 @@ def test_spliced_opcodes_same_on_every_path(written: dict[str, Path], tmp_path_f
     mutant = _mutant_dir(base, data, tmp_path_factory.mktemp("spliced") / "m")
     made, python, reference = three_paths(lambda: opened(mutant))
     assert made == python == reference
+
+
+def test_hostile_dcp_cases_reach_the_scanner(hostile_files: dict[str, Path]) -> None:
+    """The hostile DCP cases (made byte by byte: GLOBAL opcodes, BINPUT) that lie in what the scanner reads are
+    accepted by it, so ``test_cscan``'s comparison of every case on the three paths covers its rows."""
+    metadata = {name: path / ".metadata" for name, path in hostile_files.items() if (path / ".metadata").is_file()}
+    scanned = {name for name, path in metadata.items() if compiled(path.read_bytes())}
+    assert len(metadata) >= 30
+    assert (len(scanned) >= 10) == BUILT, sorted(scanned)
