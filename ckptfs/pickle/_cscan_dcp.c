@@ -22,11 +22,14 @@ enum global { G_METADATA, G_TENSOR, G_PROPS, G_CHUNK, G_INDEX, G_INFO, G_BYTES, 
 enum role { R_EMPTY, R_ATTR, R_ITEMS, R_PLANNER, R_STORAGE };
 
 typedef struct {
-    int32_t kind, sub; /* V_GLOBAL, V_OBJ: its global; V_PROPS: requires_grad */
-    int64_t a, b;      /* V_STR, V_GLOBAL (a dtype's name): offset, length; V_INT, V_BOOL: value; V_INTS: pool offset,
-                          length; V_TUPLE: offset in items, length; V_DICT, V_LIST: number; V_SIZE: pool offset,
-                          rank; V_PROPS: dtype name offset, length; V_CHUNK, V_TENSOR, V_INDEX, V_INFO: row */
+    int64_t a;        /* V_STR, V_GLOBAL (a dtype's name): offset; V_INT, V_BOOL: value; V_INTS: pool offset; V_TUPLE:
+                         offset in items; V_DICT, V_LIST: number; V_SIZE: pool offset; V_PROPS: dtype name offset;
+                         V_CHUNK, V_TENSOR, V_INDEX, V_INFO: row */
+    int32_t b;        /* a length, a count or a rank (longer strings and tuples are refused) */
+    uint8_t kind, sub; /* sub: V_GLOBAL, V_OBJ: its global; V_PROPS: requires_grad */
 } value;
+#define VAL(k, s, x, y) ((value){.a = (x), .b = (int32_t)(y), .kind = (uint8_t)(k), .sub = (uint8_t)(s)})
+#define MAX_COUNT INT32_MAX
 
 typedef struct {
     void *data;
@@ -99,7 +102,7 @@ static int is(const scanner *s, value v, const char *text) {
 static int new_container(scanner *s, vec *table, int64_t width, int kind) {
     int64_t row[3] = {kind == V_DICT ? R_EMPTY : -1, 0, 0};
     if (!put(table, row, width)) return 0;
-    return push(s, (value){kind, 0, table->len / width - 1, 0});
+    return push(s, VAL(kind, 0, table->len / width - 1, 0));
 }
 
 static int memo_put(scanner *s, int64_t index) {
@@ -132,7 +135,7 @@ static int push_global(scanner *s, value module, value name) {
     } else if (is(s, module, "torch")) {
         g = is(s, name, "Size") ? G_SIZE : G_DTYPE;
     }
-    return push(s, (value){V_GLOBAL, g, name.a, name.b});
+    return push(s, VAL(V_GLOBAL, g, name.a, name.b));
 }
 
 static int stack_global(scanner *s) {
@@ -148,8 +151,8 @@ static int line(scanner *s, value *text) {
     int64_t start = s->pos;
     while (s->pos < s->n && s->p[s->pos] != '\n')
         if (s->p[s->pos++] & 0x80) return 0;
-    if (s->pos >= s->n) return 0;
-    *text = (value){V_STR, 0, start, s->pos++ - start};
+    if (s->pos >= s->n || s->pos - start > MAX_COUNT) return 0;
+    *text = VAL(V_STR, 0, start, s->pos++ - start);
     return 1;
 }
 
@@ -162,9 +165,10 @@ static int text_global(scanner *s) {
 static int make_tuple(scanner *s, int64_t from) {
     int64_t count = s->stack.len - from;
     value made;
+    if (count > MAX_COUNT) return 0;
     if (!count) {
         s->stack.len = from;
-        return push(s, (value){V_INTS, 0, 0, 0});
+        return push(s, VAL(V_INTS, 0, 0, 0));
     }
     value *v = V(s) + from;
     int ints = 1;
@@ -172,10 +176,10 @@ static int make_tuple(scanner *s, int64_t from) {
     if (ints) {
         if (!grow(&s->out[CS_DCP_POOL], s->out[CS_DCP_POOL].len + count, sizeof(int64_t))) return 0;
         for (int64_t i = 0; i < count; i++) I64(s->out[CS_DCP_POOL])[s->out[CS_DCP_POOL].len + i] = v[i].a;
-        made = (value){V_INTS, 0, s->out[CS_DCP_POOL].len, count};
+        made = VAL(V_INTS, 0, s->out[CS_DCP_POOL].len, count);
         s->out[CS_DCP_POOL].len += count;
     } else {
-        made = (value){V_TUPLE, 0, s->items.len, count};
+        made = VAL(V_TUPLE, 0, s->items.len, count);
         for (int64_t i = 0; i < count; i++)
             if (!put_value(&s->items, v[i])) return 0;
     }
@@ -228,7 +232,7 @@ static int build_tensor(scanner *s, int64_t dict, value *made) {
     }
     int64_t row[7] = {props.a, props.b, props.sub, size.a, size.b, list[0] < 0 ? 0 : list[0], list[1]};
     if (!put(&s->out[CS_DCP_TENSORS], row, 7)) return 0;
-    *made = (value){V_TENSOR, 0, s->out[CS_DCP_TENSORS].len / 7 - 1, 0};
+    *made = VAL(V_TENSOR, 0, s->out[CS_DCP_TENSORS].len / 7 - 1, 0);
     return 1;
 }
 
@@ -240,7 +244,7 @@ static int build_chunk(scanner *s, int64_t dict, value *made) {
         return 0;
     int64_t row[4] = {offsets.a, offsets.b, sizes.a, sizes.b};
     if (!put(&s->out[CS_DCP_CHUNKS], row, 4)) return 0;
-    *made = (value){V_CHUNK, 0, s->out[CS_DCP_CHUNKS].len / 4 - 1, 0};
+    *made = VAL(V_CHUNK, 0, s->out[CS_DCP_CHUNKS].len / 4 - 1, 0);
     return 1;
 }
 
@@ -253,7 +257,7 @@ static int build_index(scanner *s, int64_t dict, value *made) {
         return 0;
     int64_t row[4] = {fqn.a, fqn.b, has_offset == V_SIZE ? offset.a : -1, has_offset == V_SIZE ? offset.b : 0};
     if (!put(&s->index, row, 4)) return 0;
-    *made = (value){V_INDEX, 0, s->index.len / 4 - 1, 0};
+    *made = VAL(V_INDEX, 0, s->index.len / 4 - 1, 0);
     return 1;
 }
 
@@ -270,7 +274,7 @@ static int build_info(scanner *s, int64_t dict, value *made) {
         if (s->p[path.a + i] == '/' || s->p[path.a + i] == '\\' || s->p[path.a + i] == 0) return 0;
     int64_t row[4] = {path.a, path.b, offset.a, length.a};
     if (!put(&s->info, row, 4)) return 0;
-    *made = (value){V_INFO, 0, s->info.len / 4 - 1, 0};
+    *made = VAL(V_INFO, 0, s->info.len / 4 - 1, 0);
     return 1;
 }
 
@@ -298,13 +302,13 @@ static int build_root(scanner *s, int64_t dict) {
 
 static int build(scanner *s) {
     if (s->stack.len - base(s) < 2) return 0;
-    value state = V(s)[s->stack.len - 1], *target = &V(s)[s->stack.len - 2], made = {V_OBJ, G_OTHER, 0, 0};
+    value state = V(s)[s->stack.len - 1], *target = &V(s)[s->stack.len - 2], made = VAL(V_OBJ, G_OTHER, 0, 0);
     if (target->kind != V_OBJ || target->a) return 0;
     if (target->sub == G_PROPS) {
         if (state.kind != V_TUPLE || state.b != 5) return 0;
         const value *t = (const value *)s->items.data + state.a;
         if (t[0].kind != V_GLOBAL || t[0].sub != G_DTYPE || t[2].kind != V_BOOL) return 0;
-        made = (value){V_PROPS, (int32_t)t[2].a, t[0].a, t[0].b};
+        made = VAL(V_PROPS, t[2].a, t[0].a, t[0].b);
     } else {
         if (state.kind != V_DICT) return 0;
         int64_t dict = state.a, role = I64(s->dicts)[dict * 3];
@@ -315,7 +319,7 @@ static int build(scanner *s) {
         case G_CHUNK: ok = build_chunk(s, dict, &made); break;
         case G_INDEX: ok = build_index(s, dict, &made); break;
         case G_INFO: ok = build_info(s, dict, &made); break;
-        case G_METADATA: ok = build_root(s, dict); made = (value){V_ROOT, 0, 0, 0}; break;
+        case G_METADATA: ok = build_root(s, dict); made = VAL(V_ROOT, 0, 0, 0); break;
         case G_OTHER: made.a = 1; break; /* an inert object with its state */
         case G_BYTES: made = *target; break; /* a bytes item is None whatever its state */
         default: ok = 0;
@@ -329,7 +333,7 @@ static int build(scanner *s) {
 
 static int call(scanner *s, int newobj) {
     if (s->stack.len - base(s) < 2) return 0;
-    value func = V(s)[s->stack.len - 2], args = V(s)[s->stack.len - 1], made = {V_OBJ, G_OTHER, 0, 0};
+    value func = V(s)[s->stack.len - 2], args = V(s)[s->stack.len - 1], made = VAL(V_OBJ, G_OTHER, 0, 0);
     if (func.kind != V_GLOBAL || (args.kind != V_TUPLE && args.kind != V_INTS)) return 0;
     if (newobj) {
         if (args.kind != V_INTS || args.b != 0) return 0;
@@ -342,7 +346,7 @@ static int call(scanner *s, int newobj) {
             int64_t d = I64(s->out[CS_DCP_POOL])[inner->a + i];
             if (d < 0 || d >= LIMIT_62) return 0;
         }
-        made = (value){V_SIZE, 0, inner->a, inner->b};
+        made = VAL(V_SIZE, 0, inner->a, inner->b);
     } else if (func.sub < G_SIZE) {
         return 0; /* a call of a DCP class: not torch's form */
     }
@@ -403,7 +407,7 @@ static int set_items(scanner *s, int64_t from, int64_t target) {
             int64_t first = s->out[CS_DCP_PATHS].len / 3, count = v.b;
             if (!count) return 0; /* dcp_metadata refuses an empty path */
             for (int64_t j = 0; j < count; j++) {
-                value e = v.kind == V_INTS ? (value){V_INT, 0, I64(s->out[CS_DCP_POOL])[v.a + j], 0}
+                value e = v.kind == V_INTS ? VAL(V_INT, 0, I64(s->out[CS_DCP_POOL])[v.a + j], 0)
                                            : ((value *)s->items.data)[v.a + j];
                 int64_t path[3] = {e.kind == V_STR ? 0 : 1, e.a, e.kind == V_STR ? e.b : 0};
                 if ((e.kind != V_STR && e.kind != V_INT) || !put(&s->out[CS_DCP_PATHS], path, 3)) return 0;
@@ -420,11 +424,11 @@ static int string(scanner *s, int64_t width) {
     if (!need(s, width)) return 0;
     int64_t len = width == 4 ? (int64_t)u32(s->p + s->pos) : s->p[s->pos];
     s->pos += width;
-    if (!need(s, len)) return 0;
+    if (!need(s, len) || len > MAX_COUNT) return 0;
     for (int64_t i = 0; i < len; i++)
         if (s->p[s->pos + i] & 0x80) return 0; /* ASCII only: the reference decodes the rest */
     s->pos += len;
-    return push(s, (value){V_STR, 0, s->pos - len, len});
+    return push(s, VAL(V_STR, 0, s->pos - len, len));
 }
 
 static int step(scanner *s) {
@@ -446,13 +450,13 @@ static int step(scanner *s) {
     }
     case '}': return new_container(s, &s->dicts, 3, V_DICT);
     case ']': return new_container(s, &s->lists, 2, V_LIST);
-    case ')': return push(s, (value){V_INTS, 0, 0, 0});
-    case 'N': return push(s, (value){V_NONE, 0, 0, 0});
-    case 0x88: return push(s, (value){V_BOOL, 0, 1, 0});
-    case 0x89: return push(s, (value){V_BOOL, 0, 0, 0});
-    case 'K': return need(s, 1) && ++s->pos && push(s, (value){V_INT, 0, q[0], 0});
-    case 'M': return need(s, 2) && (s->pos += 2) && push(s, (value){V_INT, 0, q[0] | q[1] << 8, 0});
-    case 'J': return need(s, 4) && (s->pos += 4) && push(s, (value){V_INT, 0, (int32_t)u32(q), 0});
+    case ')': return push(s, VAL(V_INTS, 0, 0, 0));
+    case 'N': return push(s, VAL(V_NONE, 0, 0, 0));
+    case 0x88: return push(s, VAL(V_BOOL, 0, 1, 0));
+    case 0x89: return push(s, VAL(V_BOOL, 0, 0, 0));
+    case 'K': return need(s, 1) && ++s->pos && push(s, VAL(V_INT, 0, q[0], 0));
+    case 'M': return need(s, 2) && (s->pos += 2) && push(s, VAL(V_INT, 0, q[0] | q[1] << 8, 0));
+    case 'J': return need(s, 4) && (s->pos += 4) && push(s, VAL(V_INT, 0, (int32_t)u32(q), 0));
     case 0x8a: { /* LONG1 of at most 8 bytes */
         if (!need(s, 1) || q[0] > 8 || !need(s, 1 + q[0])) return 0;
         int64_t len = q[0];
@@ -460,7 +464,7 @@ static int step(scanner *s) {
         for (int64_t i = len - 1; i >= 0; i--) v = v << 8 | q[1 + i];
         if (len > 0 && len < 8 && (q[len] & 0x80)) v |= ~UINT64_C(0) << (8 * len);
         s->pos += 1 + len;
-        return push(s, (value){V_INT, 0, (int64_t)v, 0});
+        return push(s, VAL(V_INT, 0, (int64_t)v, 0));
     }
     case 'X': return string(s, 4);
     case 0x8c: return string(s, 1);
