@@ -50,7 +50,8 @@ def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
     items: dict[str, TensorItem | None] = {
         name: tensors[row] if row >= 0 else None for name, row in zip(names, items_rows[2::3])}
     storage: dict[ItemKey, StorageInfo] = {}
-    for fqn_at, fqn_length, offset_at, rank, path_at, path_length, start, length in cscan.rows(tables["storage"], 8):
+    for fqn_at, fqn_length, offset_at, rank, path_at, path_length, start, length in zip(
+            *[iter(tables["storage"].tolist())] * 8):
         storage[_text(data, texts, fqn_at, fqn_length), None if offset_at < 0 else pool[offset_at : offset_at + rank]] \
             = StorageInfo(_text(data, texts, path_at, path_length), start, length, ())
     version_at, version_length, has_planner = tables["header"].tolist()
@@ -58,10 +59,12 @@ def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
     if has_planner:
         paths = tables["paths"].tolist()
         planner = {}
-        for key_at, key_length, first, count in cscan.rows(tables["planner"], 4):
-            planner[_text(data, texts, key_at, key_length)] = tuple(
-                _text(data, texts, paths[p + 1], paths[p + 2]) if paths[p] == 0 else paths[p + 1]
-                for p in range(first * 3, (first + count) * 3, 3))
+        for key_at, key_length, first, count in zip(*[iter(tables["planner"].tolist())] * 4):
+            at = first * 3
+            planner[_text(data, texts, key_at, key_length)] = (
+                (_text(data, texts, paths[at + 1], paths[at + 2]),) if count == 1 and paths[at] == 0 else
+                tuple(_text(data, texts, paths[p + 1], paths[p + 2]) if paths[p] == 0 else paths[p + 1]
+                      for p in range(at, at + count * 3, 3)))
     version = _text(data, texts, version_at, version_length) if version_at >= 0 else None
     return DcpMetadata(items, planner, storage, version)
 
