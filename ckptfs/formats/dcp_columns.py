@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ckptfs.formats.dcp_records import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem
 from ckptfs.limits import Limits
-from ckptfs.model.dtypes import dtype_by_name
+from ckptfs.model.dtypes import DType, dtype_by_name
 from ckptfs.pickle import cscan
 
 
@@ -39,10 +39,12 @@ def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
     names = [data[at : at + length].decode("ascii") for at, length in zip(items_rows[0::3], items_rows[1::3])]
     texts = dict(zip(items_rows[0::3], names))
     tensor_rows = tables["tensors"].tolist()
-    dtypes = {at: dtype_by_name(data[at : at + length].decode("ascii"))
-              for at, length in set(zip(tensor_rows[0::7], tensor_rows[1::7]))}
-    if None in dtypes.values():
-        raise _Refused
+    dtypes: dict[int, DType] = {}
+    for at, length in set(zip(tensor_rows[0::7], tensor_rows[1::7])):
+        dtype = dtype_by_name(data[at : at + length].decode("ascii"))
+        if dtype is None:
+            raise _Refused
+        dtypes[at] = dtype
     chunks = tables["chunks"].tolist()
     boxes = [Box(pool[a : a + rank], pool[b : b + rank]) for a, rank, b, _ in zip(*[iter(chunks)] * 4)]
     tensors = [TensorItem(dtypes[at], pool[size_at : size_at + rank], grad == 1, boxes[first : first + count])

@@ -81,17 +81,36 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
     }, directory=directory, limits=limits)
     builder = _TreeBuilder(len(metadata.items))
     tensors = chunks = 0
-    files = _FileSizes(directory)
+    file_sizes = _FileSizes(directory)
     strides: dict[tuple[int, ...], tuple[int, ...]] = {}
+    planner, root, stored_at, sizes = metadata.planner_data, builder.root, metadata.storage.get, file_sizes.sizes
     for fqn, item in metadata.items.items():
-        path = metadata.planner_data.get(fqn, (fqn,)) if metadata.planner_data is not None else (fqn,)
+        path = planner.get(fqn, (fqn,)) if planner is not None else (fqn,)
         if item is None:
-            value = parsed.bytes_item(fqn, _info(metadata, files, (fqn, None)))
+            value = parsed.bytes_item(fqn, _info(metadata, file_sizes, (fqn, None)))
         else:
-            value = _chunked_tensor(fqn, item, metadata, files, strides)
+            # Inline, the commonest tensor: one box of its size, stored in a file of known size that holds it.
+            # Anything else (and every error) goes through _chunked_tensor.
+            value = None
+            boxes = item.chunks
+            if len(boxes) == 1 and boxes[0].sizes == item.size:
+                box = boxes[0]
+                info = stored_at((fqn, box.offsets))
+                size = sizes.get(info.relative_path) if info is not None else None
+                if info is not None and type(size) is int and info.offset + info.length <= size:
+                    stride = strides.get(item.size)
+                    if stride is None:
+                        stride = strides[item.size] = contiguous_strides(item.size)
+                    value = Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=[
+                        Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms)])
+            if value is None:
+                value = _chunked_tensor(fqn, item, metadata, file_sizes, strides)
             tensors += 1
             chunks += len(value.chunks)
-        builder.insert(path, value)
+        if len(path) == 1 and root.get(path[0]) is None:
+            root[path[0]] = value
+        else:
+            builder.insert(path, value)
     parsed.root = builder.root
     parsed.details.update(chunked_tensors=tensors, chunks=chunks)
     if metadata.torch_1_13:
@@ -228,11 +247,6 @@ class _TreeBuilder:
         self.max_index = items
 
     def insert(self, path: tuple[str | int, ...], value: Any) -> None:
-        if len(path) == 1:  # a flat state dict's keys
-            if self.root.get(path[0]) is not None:
-                raise CorruptCheckpointError(f"planner_data path {list(path)} is given twice")
-            self.root[path[0]] = value
-            return
         container: Any = self.root
         for key, next_key in zip(path, path[1:]):
             child = self._get(container, key, path)

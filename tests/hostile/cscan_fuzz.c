@@ -1,4 +1,4 @@
-/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan.c, _cscan_zip.c, _cscan_dcp.c), built with
+/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan*.c), built with
  * -fsanitize=address,undefined by tests/hostile/test_cscan.py: deterministic mutations of real data.pkl files, DCP
  * .metadata pickles, the hostile seeds' pickles and real zip central directories. Every input goes through the
  * pickle scanner, the DCP scanner and the directory reader.

@@ -323,7 +323,8 @@ def test_scanner_fuzzed_under_sanitizers(written: dict[str, Path], seeds: dict[s
     sources = HERE.parents[1] / "ckptfs" / "pickle"
     built = subprocess.run([gcc, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                             "-fno-omit-frame-pointer", "-o", str(driver), str(HERE / "cscan_fuzz.c"),
-                            str(sources / "_cscan.c"), str(sources / "_cscan_zip.c"), str(sources / "_cscan_dcp.c")],
+                            *(str(sources / name) for name in ("_cscan.c", "_cscan_zip.c", "_cscan_dcp.c",
+                                                                 "_cscan_dcp_objects.c"))],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (tmp_path / "seeds").mkdir()
