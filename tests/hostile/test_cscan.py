@@ -29,12 +29,12 @@ from torch import nn
 from ckptfs.limits import Limits
 from ckptfs.pickle import cscan
 from ckptfs.sources import BytesSource
+from hostile import test_cscan_dcp
 from hostile.cases import CASES, Case
 from hostile.checks import compiled_scanner, fast_paths
 from hostile.fuzz_target import Mutator
 from hostile.picklegen import dct, get, glob, i, ints, pickle, put, s, storage_pid, tensor_v2
 from hostile.seeds import SEED_NAMES
-from hostile import test_cscan_dcp
 from hostile.test_parse_paths import opened
 
 HERE = Path(__file__).resolve().parent

@@ -160,3 +160,11 @@ def test_hostile_dcp_cases_reach_the_scanner(hostile_files: dict[str, Path]) -> 
     scanned = {name for name, path in metadata.items() if compiled(path.read_bytes())}
     assert len(metadata) >= 30
     assert (len(scanned) >= 10) == BUILT, sorted(scanned)
+
+
+def test_pure_python_when_the_library_is_missing(written: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    with compiled_scanner(True):
+        made = opened(written["plain"])
+    monkeypatch.setattr(cscan, "LIBRARY", None)
+    assert cscan.dcp((written["plain"] / ".metadata").read_bytes(), Limits()) is None
+    assert opened(written["plain"]) == made
