@@ -81,7 +81,8 @@ ENABLED = LIBRARY is not None
 
 
 def active_path() -> str:
-    """Which parse path opens torch.save zips: ``compiled (…)`` or ``pure Python (why)``."""
+    """Which parse path opens torch.save zips and DCP ``.metadata`` pickles: ``compiled (…)`` or ``pure Python
+    (why)``."""
     if not unpickler.FAST_PATHS:
         return "pure Python, the reference (CKPTFS_PICKLE_FAST_PATHS=0)"
     return PATH_NAME if ENABLED or LIBRARY is None else "pure Python (the compiled scanner switched off)"
