@@ -4,6 +4,9 @@ with ctypes. Without a C compiler the build skips it and ckptfs runs its pure-Py
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("ckptfs.pickle._cscan", ["ckptfs/pickle/_cscan.c", "ckptfs/pickle/_cscan_zip.c"],
-                             depends=["ckptfs/pickle/_cscan.h"], extra_compile_args=["-O2", "-std=c11"],
-                             optional=True)])
+SOURCES = ["_cscan.c", "_cscan_zip.c", "_cscan_dcp.c", "_cscan_dcp_objects.c"]
+HEADERS = ["_cscan.h", "_cscan_dcp.h"]
+
+setup(ext_modules=[Extension("ckptfs.pickle._cscan", [f"ckptfs/pickle/{name}" for name in SOURCES],
+                             depends=[f"ckptfs/pickle/{name}" for name in HEADERS],
+                             extra_compile_args=["-O2", "-std=c11"], optional=True)])

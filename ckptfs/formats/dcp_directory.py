@@ -81,15 +81,36 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
     }, directory=directory, limits=limits)
     builder = _TreeBuilder(len(metadata.items))
     tensors = chunks = 0
+    file_sizes = _FileSizes(directory)
+    strides: dict[tuple[int, ...], tuple[int, ...]] = {}
+    planner, root, stored_at, sizes = metadata.planner_data, builder.root, metadata.storage.get, file_sizes.sizes
     for fqn, item in metadata.items.items():
-        path = metadata.planner_data.get(fqn, (fqn,)) if metadata.planner_data is not None else (fqn,)
+        path = planner.get(fqn, (fqn,)) if planner is not None else (fqn,)
         if item is None:
-            value = parsed.bytes_item(fqn, _info(metadata, directory, (fqn, None)))
+            value = parsed.bytes_item(fqn, _info(metadata, file_sizes, (fqn, None)))
         else:
-            value = _chunked_tensor(fqn, item, metadata, directory)
+            # Inline, the commonest tensor: one box of its size, stored in a file of known size that holds it.
+            # Anything else (and every error) goes through _chunked_tensor.
+            value = None
+            boxes = item.chunks
+            if len(boxes) == 1 and boxes[0].sizes == item.size:
+                box = boxes[0]
+                info = stored_at((fqn, box.offsets))
+                size = sizes.get(info.relative_path) if info is not None else None
+                if info is not None and type(size) is int and info.offset + info.length <= size:
+                    stride = strides.get(item.size)
+                    if stride is None:
+                        stride = strides[item.size] = contiguous_strides(item.size)
+                    value = Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=[
+                        Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms)])
+            if value is None:
+                value = _chunked_tensor(fqn, item, metadata, file_sizes, strides)
             tensors += 1
             chunks += len(value.chunks)
-        builder.insert(path, value)
+        if len(path) == 1 and root.get(path[0]) is None:
+            root[path[0]] = value
+        else:
+            builder.insert(path, value)
     parsed.root = builder.root
     parsed.details.update(chunked_tensors=tensors, chunks=chunks)
     if metadata.torch_1_13:
@@ -145,32 +166,68 @@ def _merged_item(fqn: str, known: TensorItem, other: TensorItem) -> TensorItem:
     return known._replace(chunks=list(boxes.values()))
 
 
-def _info(metadata: DcpMetadata, directory: SourceSet, key: ItemKey) -> StorageInfo:
+class _FileSizes:
+    """The directory's member sizes, each asked for once (a 100,000-tensor directory has a few files)."""
+
+    def __init__(self, directory: SourceSet) -> None:
+        self.directory = directory
+        self.sizes: dict[str, int | None | NoSuchObjectError] = {}
+
+    def size(self, name: str) -> int | None:
+        size = self.sizes.get(name, _UNASKED)
+        if size is _UNASKED:
+            try:
+                size = self.directory.member_size(name)
+            except NoSuchObjectError as exc:
+                size = exc
+            self.sizes[name] = size
+        if isinstance(size, NoSuchObjectError):
+            raise size
+        return size  # type: ignore[return-value]
+
+
+_UNASKED: Any = object()
+
+
+def _info(metadata: DcpMetadata, files: _FileSizes, key: ItemKey) -> StorageInfo:
     info = metadata.storage.get(key)
-    where = f" at {list(key[1])}" if key[1] is not None else ""
     if info is None:
+        where = f" at {list(key[1])}" if key[1] is not None else ""
         raise CorruptCheckpointError(f"{key[0]!r}{where} is not in storage_data")
     try:
-        size = directory.member_size(info.relative_path)
+        size = files.size(info.relative_path)
     except NoSuchObjectError:
+        where = f" at {list(key[1])}" if key[1] is not None else ""
         raise CorruptCheckpointError(f"{key[0]!r}{where} is stored in {info.relative_path!r}, "
                                      "which is not in the directory") from None
     if size is not None and info.offset + info.length > size:
+        where = f" at {list(key[1])}" if key[1] is not None else ""
         raise CorruptCheckpointError(f"{key[0]!r}{where} is stored at [{info.offset}, {info.offset + info.length}) "
                                      f"of {info.relative_path!r}, which has {size} bytes")
     return info
 
 
-def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, directory: SourceSet) -> Tensor:
-    numel = math.prod(item.size)
-    covered = sum(math.prod(box.sizes) for box in item.chunks)
-    if covered != numel:
-        raise CorruptCheckpointError(f"the chunks of tensor {fqn!r} hold {covered} elements, its size "
-                                     f"{list(item.size)} has {numel}")
-    chunks = [_chunk(box, _info(metadata, directory, (fqn, box.offsets))) for box in item.chunks]
-    if len(chunks) <= OVERLAP_CHECKED_CHUNKS:
-        check_disjoint(fqn, item.chunks)
-    return Tensor(item.dtype, item.size, contiguous_strides(item.size), 0, None, item.requires_grad, chunks=chunks)
+def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, files: _FileSizes,
+                    strides: dict[tuple[int, ...], tuple[int, ...]]) -> Tensor:
+    boxes = item.chunks
+    # One box of the tensor's size covers it (a box lies inside its tensor: dcp_records.checked_box).
+    whole = len(boxes) == 1 and boxes[0].sizes == item.size
+    if not whole:
+        numel = math.prod(item.size)
+        covered = sum(math.prod(box.sizes) for box in boxes)
+        if covered != numel:
+            raise CorruptCheckpointError(f"the chunks of tensor {fqn!r} hold {covered} elements, its size "
+                                         f"{list(item.size)} has {numel}")
+    chunks = []
+    for box in boxes:
+        info = _info(metadata, files, (fqn, box.offsets))
+        chunks.append(Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms))
+    if not whole and len(chunks) <= OVERLAP_CHECKED_CHUNKS:
+        check_disjoint(fqn, boxes)
+    stride = strides.get(item.size)
+    if stride is None:
+        stride = strides[item.size] = contiguous_strides(item.size)
+    return Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=chunks)
 
 
 def check_disjoint(fqn: str, boxes: list[Box]) -> None:
@@ -180,10 +237,6 @@ def check_disjoint(fqn: str, boxes: list[Box]) -> None:
                     and math.prod(a.sizes) and math.prod(b.sizes):
                 raise CorruptCheckpointError(f"chunks of tensor {fqn!r} at {list(a.offsets)} and {list(b.offsets)} "
                                              "overlap")
-
-
-def _chunk(box: Box, info: StorageInfo) -> Chunk:
-    return Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms)
 
 
 class _TreeBuilder:

@@ -9,9 +9,22 @@ provenance globals are only reported.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
-from ckptfs.errors import CorruptCheckpointError, UnsupportedError
+from ckptfs.errors import UnsupportedError
+from ckptfs.formats import dcp_columns
+from ckptfs.formats.dcp_records import (
+    MAX_ELEMENTS,
+    MAX_RANK,
+    Box,
+    DcpMetadata,
+    ItemKey,
+    StorageInfo,
+    TensorItem,
+    checked_box,
+    checked_info,
+    corrupt,
+)
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DType, dtype_by_name
 from ckptfs.pickle.dcp_record import StorageKey, StorageRow, TensorRow
@@ -36,48 +49,13 @@ INDEX = _names("metadata", "MetadataIndex")
 PROPERTIES = {*_names("metadata", "TensorProperties"),
               "torch.distributed._shard.sharded_tensor.metadata.TensorProperties"}
 STORAGE_INFO = _names("filesystem", "_StorageInfo")
-MAX_RANK = 64
-MAX_ELEMENTS = 1 << 62
-
-ItemKey = tuple[str, "tuple[int, ...] | None"]
-"""Where an item is listed in ``storage_data``: its FQN and, for a tensor chunk, the chunk's offsets."""
-
-
-class Box(NamedTuple):
-    """A chunk's place in its tensor: first index and extent along each dimension."""
-
-    offsets: tuple[int, ...]
-    sizes: tuple[int, ...]
-
-
-class TensorItem(NamedTuple):
-    dtype: DType
-    size: tuple[int, ...]
-    requires_grad: bool
-    chunks: list[Box]
-
-
-class StorageInfo(NamedTuple):
-    """Where an item's bytes are: a file of the directory and a byte range in it, and how they are encoded."""
-
-    relative_path: str
-    offset: int
-    length: int
-    transforms: tuple[str, ...]
-
-
-class DcpMetadata(NamedTuple):
-    items: dict[str, TensorItem | None]
-    """FQN → tensor, or None for a bytes item (a pickled object), in the writer's order."""
-    planner_data: dict[str, tuple[str | int, ...]] | None
-    storage: dict[ItemKey, StorageInfo]
-    version: str | None
-    torch_1_13: bool = False
-    """Written by torch 1.13's ``torch.distributed._shard.checkpoint``."""
 
 
 def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
-    """The records of one ``.metadata`` pickle."""
+    """The records of one ``.metadata`` pickle: from the compiled scanner's rows where it accepts the pickle."""
+    scanned = dcp_columns.metadata(data, limits)
+    if scanned is not None:
+        return scanned
     root = load_dcp(data, limits)
     state = _state_of(root, METADATA, "the metadata")
     items = _mapping(state.get("state_dict_metadata"), "state_dict_metadata")
@@ -87,15 +65,11 @@ def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
          for fqn, item in items.items()},
         _planner_data(state.get("planner_data")),
         {_row_index(key) if type(key) is StorageKey else _index(key):
-         _checked_info(info.relative_path, info.offset, info.length, None) if type(info) is StorageRow
+         checked_info(info.relative_path, info.offset, info.length, None) if type(info) is StorageRow
          else _storage_info(key, info) for key, info in _mapping(state.get("storage_data"), "storage_data").items()},
         version if isinstance(version, str) else None,
         root.class_name == LEGACY_METADATA,
     )
-
-
-def _corrupt(message: str) -> CorruptCheckpointError:
-    return CorruptCheckpointError(f".metadata: {message}")
 
 
 def _name(value: Any) -> str:
@@ -106,24 +80,24 @@ def _name(value: Any) -> str:
 
 def _state_of(value: Any, names: set[str], what: str) -> dict[str, Any]:
     if not isinstance(value, PickledObject) or value.class_name not in names:
-        raise _corrupt(f"{what} is a {_name(value)}, not a {sorted(names)[0].rpartition('.')[2]}")
+        raise corrupt(f"{what} is a {_name(value)}, not a {sorted(names)[0].rpartition('.')[2]}")
     state = value.state
     if isinstance(state, tuple) and len(state) == 2 and state[0] is None:  # (None, slots) of a slotted class
         state = state[1]
     if not isinstance(state, dict):
-        raise _corrupt(f"{what} has no attribute dict ({short_repr(state)})")
+        raise corrupt(f"{what} has no attribute dict ({short_repr(state)})")
     return state
 
 
 def _mapping(value: Any, what: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
-        raise _corrupt(f"{what} is a {_name(value)}, not a dict")
+        raise corrupt(f"{what} is a {_name(value)}, not a dict")
     return value
 
 
 def _fqn(value: Any) -> str:
     if not isinstance(value, str):
-        raise _corrupt(f"item name {short_repr(value)} is not a string")
+        raise corrupt(f"item name {short_repr(value)} is not a string")
     return value
 
 
@@ -132,9 +106,9 @@ def _size(value: Any, what: str) -> tuple[int, ...]:
     if isinstance(value, PickledObject) and value.class_name == "torch.Size" and len(value.args) == 1:
         value = value.args[0]
     if not isinstance(value, (tuple, list)) or len(value) > MAX_RANK:
-        raise _corrupt(f"{what} is {short_repr(value)}, not a size")
+        raise corrupt(f"{what} is {short_repr(value)}, not a size")
     if not all(type(v) is int and 0 <= v < MAX_ELEMENTS for v in value):
-        raise _corrupt(f"{what} {short_repr(value)} has an entry that is not a non-negative int64")
+        raise corrupt(f"{what} {short_repr(value)} has an entry that is not a non-negative int64")
     return tuple(value)
 
 
@@ -144,11 +118,11 @@ def _item(fqn: str, value: Any) -> TensorItem | None:
     state = _state_of(value, TENSOR_ITEM, f"item {fqn!r}")
     size = _size(state.get("size"), f"size of {fqn!r}")
     if math.prod(size) >= MAX_ELEMENTS:
-        raise _corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
+        raise corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
     dtype, requires_grad = _properties(fqn, state.get("properties"))
     chunks = state.get("chunks")
     if not isinstance(chunks, list):
-        raise _corrupt(f"chunks of {fqn!r} are a {_name(chunks)}, not a list")
+        raise corrupt(f"chunks of {fqn!r} are a {_name(chunks)}, not a list")
     return TensorItem(dtype, size, requires_grad, [_box(fqn, size, chunk) for chunk in chunks])
 
 
@@ -156,22 +130,22 @@ def _row_item(fqn: str, row: TensorRow) -> TensorItem:
     """``_item``'s checks on a row (its sizes are non-negative int32s, at most 64 of them: no checks needed)."""
     size = row.size
     if math.prod(size) >= MAX_ELEMENTS:
-        raise _corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
+        raise corrupt(f"tensor {fqn!r} of size {list(size)} has more elements than int64 holds")
     return TensorItem(_dtype(fqn, row.dtype), size, row.requires_grad,
-                      [_checked_box(fqn, size, offsets, sizes) for offsets, sizes in row.chunks])
+                      [checked_box(fqn, size, offsets, sizes) for offsets, sizes in row.chunks])
 
 
 def _properties(fqn: str, value: Any) -> tuple[DType, bool]:
     """The dtype and ``requires_grad`` of a ``TensorProperties``: a 5-tuple state, or a dict in older writers."""
     if not isinstance(value, PickledObject) or value.class_name not in PROPERTIES:
-        raise _corrupt(f"properties of {fqn!r} are a {_name(value)}, not TensorProperties")
+        raise corrupt(f"properties of {fqn!r} are a {_name(value)}, not TensorProperties")
     state = value.state
     if isinstance(state, tuple) and len(state) == 5:
         dtype, requires_grad = state[0], state[2]
     elif isinstance(state, dict):
         dtype, requires_grad = state.get("dtype"), state.get("requires_grad", False)
     else:
-        raise _corrupt(f"properties of {fqn!r} have the state {short_repr(state)}")
+        raise corrupt(f"properties of {fqn!r} have the state {short_repr(state)}")
     return _dtype(fqn, dtype), requires_grad is True
 
 
@@ -184,18 +158,8 @@ def _dtype(fqn: str, dtype: Any) -> DType:
 
 def _box(fqn: str, size: tuple[int, ...], value: Any) -> Box:
     state = _state_of(value, CHUNK, f"a chunk of {fqn!r}")
-    return _checked_box(fqn, size, _size(state.get("offsets"), f"chunk offsets of {fqn!r}"),
+    return checked_box(fqn, size, _size(state.get("offsets"), f"chunk offsets of {fqn!r}"),
                         _size(state.get("sizes"), f"chunk sizes of {fqn!r}"))
-
-
-def _checked_box(fqn: str, size: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...]) -> Box:
-    if len(offsets) != len(size) or len(sizes) != len(size):
-        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} of {fqn!r} does not have the "
-                       f"{len(size)} dimensions of {list(size)}")
-    if any(o + s > d for o, s, d in zip(offsets, sizes, size)):
-        raise _corrupt(f"chunk at {list(offsets)} of size {list(sizes)} lies outside tensor {fqn!r} "
-                       f"of size {list(size)}")
-    return Box(offsets, sizes)
 
 
 def _index(key: Any) -> ItemKey:
@@ -213,20 +177,8 @@ def _row_index(key: StorageKey) -> ItemKey:
 
 def _storage_info(key: Any, value: Any) -> StorageInfo:
     state = _state_of(value, STORAGE_INFO, "a storage_data value")
-    return _checked_info(state.get("relative_path"), state.get("offset"), state.get("length"),
+    return checked_info(state.get("relative_path"), state.get("offset"), state.get("length"),
                          state.get("transform_descriptors"))
-
-
-def _checked_info(path: Any, offset: Any, length: Any, transforms: Any) -> StorageInfo:
-    if not isinstance(path, str) or not path or "/" in path or "\\" in path or "\0" in path or path in (".", ".."):
-        raise _corrupt(f"relative_path {short_repr(path)} is not a file name in the directory")
-    if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
-        raise _corrupt(f"byte range {short_repr(offset)}+{short_repr(length)} in {path!r} is not two "
-                       "non-negative integers")
-    transforms = transforms or []
-    if not isinstance(transforms, list) or not all(isinstance(t, str) for t in transforms):
-        raise _corrupt(f"transform_descriptors {short_repr(transforms)} are not a list of strings")
-    return StorageInfo(path, offset, length, tuple(transforms))
 
 
 def _planner_data(value: Any) -> dict[str, tuple[str | int, ...]] | None:
@@ -236,6 +188,6 @@ def _planner_data(value: Any) -> dict[str, tuple[str | int, ...]] | None:
     for fqn, path in _mapping(value, "planner_data").items():
         if not isinstance(path, (tuple, list)) or not path or not all(
                 type(k) is int or isinstance(k, str) for k in path):
-            raise _corrupt(f"planner_data path of {short_repr(fqn)} is {short_repr(path)}, not a key path")
+            raise corrupt(f"planner_data path of {short_repr(fqn)} is {short_repr(path)}, not a key path")
         paths[_fqn(fqn)] = tuple(path)
     return paths

@@ -35,4 +35,28 @@ void cs_free(cs_result *result);
 #define CS_DIRECTORY_FIELDS 8
 int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_offset, int64_t *rows,
                  int64_t *in_order);
+
+/* A torch.distributed.checkpoint .metadata pickle (_cscan_dcp.c): tables of int64 rows, each CS_DCP_<TABLE>
+ * ints wide, in the order the pickle sets them; offsets are into the pickle's bytes, strings undecoded ASCII.
+ *   header (one row): version's offset and length (-1, -1 unless a str), planner_data: 1 a dict, 0 None or absent
+ *   items: key offset, length, tensor row (-1: a BytesStorageMetadata)
+ *   tensors: dtype name offset, length (torch.<name>), requires_grad, size's pool offset, rank, first chunk row,
+ *       chunks
+ *   chunks: offsets' pool offset, rank, sizes' pool offset, rank
+ *   planner: key offset, length, first path row, path rows
+ *   paths: 0 and a str's offset and length, or 1, an int and 0
+ *   storage: fqn offset, length, offset's pool offset (-1: None), its rank, relative_path offset, length, byte
+ *       offset, length
+ *   pool: the sizes' and offsets' items */
+enum { CS_DCP_HEADER, CS_DCP_ITEMS, CS_DCP_TENSORS, CS_DCP_CHUNKS, CS_DCP_PLANNER, CS_DCP_PATHS, CS_DCP_STORAGE,
+       CS_DCP_POOL, CS_DCP_TABLES };
+#define CS_DCP_WIDTHS {3, 3, 7, 4, 4, 3, 8, 1}
+typedef struct {
+    int64_t end;
+    int64_t *tables[CS_DCP_TABLES];
+    int64_t lens[CS_DCP_TABLES]; /* int64s in each */
+} cs_dcp_result;
+
+int cs_dcp(const uint8_t *data, int64_t len, int64_t max_memo, int64_t max_depth, cs_dcp_result *out);
+void cs_dcp_free(cs_dcp_result *result);
 #endif

@@ -1,5 +1,5 @@
-"""The compiled scanner of torch.save ``data.pkl`` pickles (``_cscan.c``) and zip central directories
-(``_cscan_zip.c``), loaded with ctypes.
+"""The compiled scanner of torch.save ``data.pkl`` pickles (``_cscan.c``), zip central directories
+(``_cscan_zip.c``) and DCP ``.metadata`` pickles (``_cscan_dcp.c``), loaded with ctypes.
 
 Plain C with no Python.h, built by ``pip install`` when a C compiler is there (``setup.py``: an optional
 extension) and skipped without one: ckptfs then runs the pure-Python interpreter, which stays the reference. The
@@ -30,6 +30,15 @@ class _Result(ctypes.Structure):
                 ("items", ctypes.c_void_p), ("item_rows", ctypes.c_int64)]
 
 
+DCP_TABLES = ("header", "items", "tensors", "chunks", "planner", "paths", "storage", "pool")
+DCP_WIDTHS = (3, 3, 7, 4, 4, 3, 8, 1)
+
+
+class _DcpResult(ctypes.Structure):
+    _fields_ = [("end", ctypes.c_int64), ("tables", ctypes.c_void_p * len(DCP_TABLES)),
+                ("lens", ctypes.c_int64 * len(DCP_TABLES))]
+
+
 _DONE = 0
 STORAGE_FIELDS = 8
 TENSOR_FIELDS = 8
@@ -57,6 +66,11 @@ def _load_library() -> tuple[ctypes.CDLL | None, str]:
             library.cs_directory.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                              ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
             library.cs_directory.restype = ctypes.c_int
+            library.cs_dcp.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                       ctypes.POINTER(_DcpResult)]
+            library.cs_dcp.restype = ctypes.c_int
+            library.cs_dcp_free.argtypes = [ctypes.POINTER(_DcpResult)]
+            library.cs_dcp_free.restype = None
             return library, f"compiled ({path.name})"
     return None, "pure Python (no compiled scanner was built)"
 
@@ -67,7 +81,8 @@ ENABLED = LIBRARY is not None
 
 
 def active_path() -> str:
-    """Which parse path opens torch.save zips: ``compiled (…)`` or ``pure Python (why)``."""
+    """Which parse path opens torch.save zips and DCP ``.metadata`` pickles: ``compiled (…)`` or ``pure Python
+    (why)``."""
     if not unpickler.FAST_PATHS:
         return "pure Python, the reference (CKPTFS_PICKLE_FAST_PATHS=0)"
     return PATH_NAME if ENABLED or LIBRARY is None else "pure Python (the compiled scanner switched off)"
@@ -106,6 +121,21 @@ def scan(data: bytes, limits: Limits) -> Scan | None:
                     _ints(result.items, result.item_rows * ITEM_FIELDS))
     finally:
         LIBRARY.cs_free(ctypes.byref(result))
+
+
+def dcp(data: bytes, limits: Limits) -> dict[str, memoryview] | None:
+    """A DCP ``.metadata`` pickle's tables (``_cscan.h``) by name, each its rows' int64s in a row, or None when the
+    scanner is not there or refuses (the pure-Python paths then parse)."""
+    if LIBRARY is None or not ENABLED or not unpickler.FAST_PATHS or len(data) > limits.max_pickle_bytes:
+        return None
+    result = _DcpResult()
+    if LIBRARY.cs_dcp(data, len(data), limits.max_memo_entries, limits.max_stack_depth,
+                      ctypes.byref(result)) != _DONE:
+        return None
+    try:
+        return {name: _ints(result.tables[i], result.lens[i]) for i, name in enumerate(DCP_TABLES)}
+    finally:
+        LIBRARY.cs_dcp_free(ctypes.byref(result))
 
 
 def directory(data: bytes, count: int, cd_offset: int) -> tuple[memoryview, bool] | None:

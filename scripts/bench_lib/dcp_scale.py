@@ -185,19 +185,21 @@ def open_once(side: str, path: str) -> float:
 
 
 def breakdown(path: str, count: int, runs: int = 3) -> str:
-    """CPU µs per tensor of each phase of an open (medians of ``runs`` in this process): the pickle on the fast
-    and the reference path, rows to records (``dcp_metadata``), records to the tree (``dcp_directory``), the rest."""
+    """CPU µs per tensor of each phase of an open (medians of ``runs`` in this process): the compiled scan of the
+    pickle and its rows made into records (``dcp_columns``; the pure-Python fast and reference pickle paths beside
+    them), records to the tree (``dcp_directory``), the rest."""
     import time
 
     import ckptfs
     from ckptfs.formats import dcp_directory, dcp_metadata
     from ckptfs.gc_pause import gc_paused
     from ckptfs.limits import Limits
-    from ckptfs.pickle import unpickler
+    from ckptfs.pickle import cscan, unpickler
     from ckptfs.sources import DirectorySource
 
     data = Path(path, ".metadata").read_bytes()
     steps = {
+        "scan": lambda: cscan.dcp(data, Limits()),
         "pickle": lambda: unpickler.load_dcp(data, Limits()),
         "pickle_reference": lambda: unpickler.load_dcp(data, Limits()),
         "parse_metadata": lambda: dcp_metadata.parse_metadata(data, Limits()),
@@ -214,9 +216,9 @@ def breakdown(path: str, count: int, runs: int = 3) -> str:
                 times[name].append(time.process_time() - start)
     unpickler.FAST_PATHS = True
     us = {name: statistics.median(values) / count * 1e6 for name, values in times.items()}
-    return (f"us per tensor: pickle {us['pickle']:.1f} (reference path {us['pickle_reference']:.1f}), rows to records "
-            f"{us['parse_metadata'] - us['pickle']:.1f}, "
-            f"records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
+    return (f"us per tensor ({cscan.active_path()}): scan {us['scan']:.1f}, rows to records "
+            f"{us['parse_metadata'] - us['scan']:.1f} (pure-Python pickle: fast path {us['pickle']:.1f}, reference "
+            f"{us['pickle_reference']:.1f}), records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
             f"rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; total {us['ckptfs.open']:.1f}")
 
 

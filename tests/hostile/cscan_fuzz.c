@@ -1,13 +1,14 @@
-/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan.c, _cscan_zip.c), built with -fsanitize=address,undefined by
- * tests/hostile/test_cscan.py: deterministic mutations of real data.pkl files, the hostile seeds' pickles and real
- * zip central directories. Every input goes through both the pickle scanner and the directory reader.
+/* Fuzzes the compiled scanner (ckptfs/pickle/_cscan*.c), built with
+ * -fsanitize=address,undefined by tests/hostile/test_cscan.py: deterministic mutations of real data.pkl files, DCP
+ * .metadata pickles, the hostile seeds' pickles and real zip central directories. Every input goes through the
+ * pickle scanner, the DCP scanner and the directory reader.
  *
  *   cscan_fuzz ITERATIONS SEED_FILE...
  *
  * Half the mutants come from the seeds the scanner accepts as they are. Each input is copied into a buffer of its
  * exact size (ASan reports any read past it) and scanned under limits drawn from small and default ones; every
  * accepted scan's rows are checked to point inside the input and inside one another. Prints
- * "seeds S accepted A; mutants M accepted B" (accepted: by either reader) and exits 0, or 1 at the first broken row.
+ * "seeds S accepted A; mutants M accepted B" (accepted: by any reader) and exits 0, or 1 at the first broken row.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -108,6 +109,51 @@ static void mutate(uint8_t *buf, int64_t *len, int64_t cap, const input *seeds, 
     }
 }
 
+/* The rows of an accepted DCP scan point inside the input, the pool and one another. */
+static int dcp_rows_hold(const cs_dcp_result *r, int64_t len) {
+    static const int64_t widths[CS_DCP_TABLES] = CS_DCP_WIDTHS;
+    int64_t rows[CS_DCP_TABLES];
+    if (r->end < 1 || r->end > len) return fail("dcp end", 0);
+    for (int t = 0; t < CS_DCP_TABLES; t++) {
+        if (r->lens[t] < 0 || r->lens[t] % widths[t]) return fail("dcp table", t);
+        rows[t] = r->lens[t] / widths[t];
+    }
+    const int64_t pool = r->lens[CS_DCP_POOL], *h = r->tables[CS_DCP_HEADER];
+    if (rows[CS_DCP_HEADER] != 1 || (h[0] != -1 && !inside(h[0], h[1], len)) || (h[2] != 0 && h[2] != 1))
+        return fail("dcp header", 0);
+    for (int64_t i = 0; i < rows[CS_DCP_ITEMS]; i++) {
+        const int64_t *it = r->tables[CS_DCP_ITEMS] + i * 3;
+        if (!inside(it[0], it[1], len) || it[2] < -1 || it[2] >= rows[CS_DCP_TENSORS]) return fail("dcp item", i);
+    }
+    for (int64_t i = 0; i < rows[CS_DCP_TENSORS]; i++) {
+        const int64_t *t = r->tables[CS_DCP_TENSORS] + i * 7;
+        if (!inside(t[0], t[1], len) || (t[2] != 0 && t[2] != 1) || !inside(t[3], t[4], pool) || t[4] > 64 ||
+            !inside(t[5], t[6], rows[CS_DCP_CHUNKS]))
+            return fail("dcp tensor", i);
+        for (int64_t c = t[5]; c < t[5] + t[6]; c++) {
+            const int64_t *k = r->tables[CS_DCP_CHUNKS] + c * 4;
+            if (k[1] != t[4] || k[3] != t[4] || !inside(k[0], k[1], pool) || !inside(k[2], k[3], pool))
+                return fail("dcp chunk", c);
+        }
+    }
+    for (int64_t i = 0; i < rows[CS_DCP_PLANNER]; i++) {
+        const int64_t *pl = r->tables[CS_DCP_PLANNER] + i * 4;
+        if (!inside(pl[0], pl[1], len) || pl[3] < 1 || !inside(pl[2], pl[3], rows[CS_DCP_PATHS]))
+            return fail("dcp planner", i);
+    }
+    for (int64_t i = 0; i < rows[CS_DCP_PATHS]; i++) {
+        const int64_t *pa = r->tables[CS_DCP_PATHS] + i * 3;
+        if ((pa[0] != 0 && pa[0] != 1) || (pa[0] == 0 && !inside(pa[1], pa[2], len))) return fail("dcp path", i);
+    }
+    for (int64_t i = 0; i < rows[CS_DCP_STORAGE]; i++) {
+        const int64_t *st = r->tables[CS_DCP_STORAGE] + i * 8;
+        if (!inside(st[0], st[1], len) || (st[2] != -1 && !inside(st[2], st[3], pool)) || st[3] > 64 ||
+            !inside(st[4], st[5], len) || st[5] < 1 || st[6] < 0 || st[7] < 0)
+            return fail("dcp storage", i);
+    }
+    return 1;
+}
+
 /* The directory reader on the input, with the entry count its signatures suggest (and one more): accepted rows
  * must lie inside the input and below cd_offset. */
 static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
@@ -150,6 +196,17 @@ static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t 
         cs_free(&r);
     } else if (status != CS_REFUSED) {
         ok = fail("status", status);
+    }
+    if (ok) {
+        cs_dcp_result d;
+        status = cs_dcp(exact, len, max_memo, max_depth, &d);
+        if (status == CS_DONE) {
+            *accepted = 1;
+            ok = dcp_rows_hold(&d, len);
+            cs_dcp_free(&d);
+        } else if (status != CS_REFUSED) {
+            ok = fail("dcp status", status);
+        }
     }
     if (ok) ok = directory_once(exact, len, accepted);
     free(exact);

@@ -29,6 +29,7 @@ from torch import nn
 from ckptfs.limits import Limits
 from ckptfs.pickle import cscan
 from ckptfs.sources import BytesSource
+from hostile import test_cscan_dcp
 from hostile.cases import CASES, Case
 from hostile.checks import compiled_scanner, fast_paths
 from hostile.fuzz_target import Mutator
@@ -283,6 +284,19 @@ def fuzz_seeds(written: dict[str, Path], seeds: dict[str, bytes], hostile_files:
         yield out / name
 
 
+def dcp_fuzz_seeds(hostile_files: dict[str, Path], written: Path, out: Path) -> Iterator[Path]:
+    """DCP ``.metadata`` pickles: torch's (``dcp_torch_*``, which the DCP scanner accepts) and the hostile DCP
+    cases'."""
+    for name, directory in test_cscan_dcp.torch_written(written).items():
+        shutil.copyfile(directory / ".metadata", out / f"dcp_torch_{name}")
+        yield out / f"dcp_torch_{name}"
+    for name, path in hostile_files.items():
+        metadata = path / ".metadata"
+        if path.is_dir() and metadata.is_file() and metadata.stat().st_size < 1 << 20:
+            shutil.copyfile(metadata, out / f"case_dcp_{name}")
+            yield out / f"case_dcp_{name}"
+
+
 def central_directory(archive: bytes) -> bytes:
     end = archive.rindex(b"PK\x05\x06")
     size, offset = struct.unpack_from("<II", archive, end + 12)
@@ -309,12 +323,15 @@ def test_scanner_fuzzed_under_sanitizers(written: dict[str, Path], seeds: dict[s
     sources = HERE.parents[1] / "ckptfs" / "pickle"
     built = subprocess.run([gcc, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                             "-fno-omit-frame-pointer", "-o", str(driver), str(HERE / "cscan_fuzz.c"),
-                            str(sources / "_cscan.c"), str(sources / "_cscan_zip.c")],
+                            *(str(sources / name) for name in ("_cscan.c", "_cscan_zip.c", "_cscan_dcp.c",
+                                                                 "_cscan_dcp_objects.c"))],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (tmp_path / "seeds").mkdir()
     files = list(fuzz_seeds(written, seeds, hostile_files, tmp_path / "seeds"))
-    directories = sum(f.name.startswith("directory_") for f in files)
+    dcp = list(dcp_fuzz_seeds(hostile_files, tmp_path / "dcp", tmp_path / "seeds"))
+    files += dcp
+    directories = sum(f.name.startswith(("directory_", "dcp_torch_")) for f in files)
     scannable = sum(f.name.startswith("torch_") and f.name[len("torch_"):] not in NOT_SCANNED for f in files)
     run = subprocess.run([str(driver), str(FUZZ_ITERATIONS), *map(str, files)], capture_output=True, text=True,
                          timeout=1200)

@@ -32,16 +32,18 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from ckptfs.errors import CkptfsError, UnpicklingError
+from ckptfs.formats import dcp_columns
 from ckptfs.formats.dcp_metadata import parse_metadata
 from ckptfs.limits import Limits
-from ckptfs.pickle import unpickler
+from ckptfs.pickle import cscan, unpickler
 from ckptfs.pickle.dcp_record import StorageRow, TensorRow
 from ckptfs.pickle.values import UNBUILT, FastPathRefused
-from hostile.checks import fast_paths
+from hostile.checks import compiled_scanner, fast_paths
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.int64, torch.bool,
           torch.float64, torch.complex64, torch.float8_e4m3fn, torch.uint16, torch.int32]
 DIMS = [0, 1, 2, 3, 255, 256, 65535, 65536, 2**31 - 1, 2**31, 2**40]
+BUILT = cscan.LIBRARY is not None
 OFFSETS = [0, 1, 255, 65536, 2**31 - 1, 2**31, 2**40, 2**62]
 
 
@@ -53,11 +55,22 @@ def parsed(data: bytes, limits: Limits = Limits()) -> Any:
 
 
 def both_paths(data: bytes, limits: Limits = Limits()) -> tuple[Any, Any]:
+    """The pure-Python fast path's result and the reference's, once the compiled scanner's (where it is built and
+    accepts the pickle, else the pure-Python paths') is checked to be the fast path's."""
     with fast_paths(True):
-        fast = parsed(data, limits)
+        compiled = parsed(data, limits)
+        with compiled_scanner(False):
+            fast = parsed(data, limits)
     with fast_paths(False):
         reference = parsed(data, limits)
+    assert compiled == fast
     return fast, reference
+
+
+def compiled(data: bytes) -> bool:
+    """Whether the compiled scanner made the records (it is built, and accepted the pickle)."""
+    with fast_paths(True):
+        return dcp_columns.metadata(data, Limits()) is not None
 
 
 def rows(data: bytes) -> tuple[int, int]:
@@ -130,6 +143,7 @@ def test_torch_written_directories_take_the_fast_path_and_agree(tmp_path: Path) 
         # The first item names every class and key: it goes through the opcodes, and so does each bytes item.
         assert tensor_rows >= tensors - 1
         assert storage_rows >= len([k for k in fast.storage if k[1] is not None]) - 1
+        assert compiled(data) == BUILT
 
 
 def test_generated_metadata_takes_the_fast_path() -> None:
@@ -143,6 +157,11 @@ def test_generated_metadata_takes_the_fast_path() -> None:
     chunks = sum(len(item.chunks) for item in fast.items.values() if item is not None)
     assert chunks - 2 - frames <= storage_rows <= chunks - 2  # the first, and the one with transforms
     assert fast.storage[("model.layers.0.mlp.experts.3.w1.weight", (0, 0))].offset in OFFSETS
+    # transform_descriptors are left to the pure-Python paths; without them, the compiled scanner reads it all
+    assert not compiled(data)
+    plain = metadata(expert_tensors(600), bytes_items=2, planner="nested", offsets=OFFSETS * 500)
+    assert compiled(plain) == BUILT
+    assert both_paths(plain)[0] == both_paths(plain)[1]
 
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=()), min_size=1, max_size=300)
@@ -164,10 +183,34 @@ def test_generated_metadata_same_on_both_paths(specs: list[Any], bytes_items: in
     assert fast == reference
 
 
-def test_mutants_same_on_both_paths() -> None:
-    base = metadata(expert_tensors(40), bytes_items=1, transforms=True, offsets=OFFSETS * 20)
+ascii_names = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), min_size=1, max_size=60)
+small_shapes = st.lists(st.sampled_from([0, 1, 2, 3, 255, 256, 65536]), max_size=3).map(tuple)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(st.tuples(ascii_names, st.sampled_from(DTYPES), small_shapes, st.integers(1, 4), st.booleans()),
+                      min_size=1, max_size=8, unique_by=lambda t: t[0]),
+       bytes_items=st.integers(0, 2), planner=st.sampled_from(["flat", "nested", "none"]),
+       storage_meta=st.booleans(), version=st.sampled_from(["1.0.0", None]), protocol=st.sampled_from([4, 5]),
+       offsets=st.lists(st.sampled_from(OFFSETS), min_size=40, max_size=40))
+def test_generated_metadata_of_torch_forms_compiled(specs: list[Any], bytes_items: int, planner: str,
+                                                    storage_meta: bool, version: str | None, protocol: int,
+                                                    offsets: list[int]) -> None:
+    """ASCII names, sizes of fewer than 2**62 elements, no transforms: the compiled scanner reads them all."""
+    data = metadata(specs, bytes_items=bytes_items, planner=planner, storage_meta=storage_meta, version=version,
+                    protocol=protocol, offsets=offsets)
+    fast, reference = both_paths(data)
+    assert fast == reference
+    assert compiled(data) == BUILT
+
+
+@pytest.mark.parametrize("transforms", [True, False])
+def test_mutants_same_on_both_paths(transforms: bool) -> None:
+    """Without transforms, the compiled scanner reads the base (and some mutants): three paths compared."""
+    base = metadata(expert_tensors(40), bytes_items=1, transforms=transforms, offsets=OFFSETS * 20)
     rng = random.Random(24)
     outcomes = set()
+    scanned = 0
     for _ in range(400):
         data = bytearray(base)
         for _ in range(rng.choice((1, 1, 2, 4))):
@@ -181,7 +224,9 @@ def test_mutants_same_on_both_paths() -> None:
         fast, reference = both_paths(bytes(data))
         assert fast == reference
         outcomes.add(fast[1] if fast[0] == "error" else "parsed")
+        scanned += compiled(bytes(data))
     assert {"parsed", "UnpicklingError", "CorruptCheckpointError"} <= outcomes
+    assert (scanned > 4) == (BUILT and not transforms)
 
 
 @pytest.mark.parametrize("depth", [1, 2, 5, 9, 15, 16, 17, 20, 40])
