@@ -60,6 +60,8 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
             location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
         storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
     pool = rows.pool
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape or stride: less memory
+    intern = shapes.setdefault
     tensors = []
     for storage_row, offset, size_at, rank, stride_at, grad, has_elements, last in cscan.rows(
             rows.tensors, cscan.TENSOR_FIELDS):
@@ -71,8 +73,9 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
         # refuses where it would pass: the reference then runs).
         if has_elements and last >= storage.numel * dtype.packing:
             raise _Refused
-        tensors.append(Tensor(dtype, pool[size_at : size_at + rank], pool[stride_at : stride_at + rank], offset,
-                              storage, grad == 1, False, "dense"))
+        shape, stride = pool[size_at : size_at + rank], pool[stride_at : stride_at + rank]
+        tensors.append(Tensor(dtype, intern(shape, shape), intern(stride, stride), offset, storage, grad == 1, False,
+                              "dense"))
     root: dict[str, Any] = {}
     for key_at, key_length, tensor_row in cscan.rows(rows.items, cscan.ITEM_FIELDS):
         root[data[key_at : key_at + key_length].decode("utf-8", "surrogatepass")] = tensors[tensor_row]
