@@ -29,8 +29,8 @@ MakeStorage = Callable[[str, DType, str, int], Storage]
 """``_StorageTable.storage``: key, dtype, location, numel."""
 
 
-def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], limits: Limits) -> dict[str, Any] | None:
-    """The root dict, or None (``storages``, the persistent loads' table, then emptied) for the reference."""
+def load(data: bytes, make_storage: MakeStorage, forget: Callable[[], None], limits: Limits) -> dict[str, Any] | None:
+    """The root dict, or None (``forget`` then empties the persistent loads' table) for the reference."""
     data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
     rows = cscan.scan(data, limits)
     if rows is None:
@@ -38,7 +38,7 @@ def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], l
     try:
         return _tree(data, rows, make_storage)
     except (_Refused, CkptfsError, UnicodeDecodeError):
-        storages.clear()
+        forget()
         return None
 
 
