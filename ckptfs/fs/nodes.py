@@ -23,9 +23,10 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
     tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
     tensors = [value for value in values if isinstance(value, Tensor)]
-    if len(tensors) >= BULK_SIZES:
-        return _bulk_plan(values, tensors, views)
-    shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+    if len(tensors) < BULK_SIZES:
+        shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+    else:
+        shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
     slots: dict[tuple[bool, ...], list[int]] = {}
     plan = array("I")
     for position, value in enumerate(values):
@@ -38,21 +39,6 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
                 found = slots[flags] = [view.slot for view, flag in zip(views, flags) if flag]
             plan.extend([code | slot for slot in found])
     return plan
-
-
-def _bulk_plan(values: list[Any], tensors: list[Tensor], views: Sequence[View]) -> array[int]:
-    """``listing_plan`` a column at a time: a row per child, its code and its views' codes, those shown kept."""
-    import numpy as np  # here: a command line that lists no big directory starts without it
-
-    codes = np.arange(len(values), dtype=np.uint32) << SLOT_BITS
-    table = np.repeat(codes[:, None], 1 + len(views), axis=1)
-    kept = np.zeros(table.shape, dtype=bool)
-    kept[:, 0] = True
-    where = np.flatnonzero([isinstance(value, Tensor) for value in values]) if len(tensors) < len(values) else ...
-    for column, view in enumerate(views, 1):
-        table[:, column] |= view.slot
-        kept[where, column] = view.shown(tensors)
-    return array("I", table[kept].tobytes())
 
 
 class Kind(enum.Enum):

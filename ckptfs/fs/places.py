@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from operator import eq
 from typing import Any
 
 from ckptfs.fs.nest import Group, nested
@@ -117,14 +118,12 @@ class Places:
 
     def firsts_in(self, container: Any, values: list[Any]) -> list[bool]:
         """``[self.is_first_place(v, container, i) for i, v in enumerate(values)]`` for the container's children
-        ``values``, tensors all, compared in bulk (a state dict holds 200,000)."""
-        import numpy as np  # here: a command line that lists no big directory starts without it
-
+        ``values``, tensors all, compared in one pass in C (a state dict holds 200,000)."""
         number = bisect_left(self._starts, self._block[id(container)])
         while self._containers[number] is not container:  # empty containers before it start where it does
             number += 1
-        packed = np.fromiter(map(self._first.__getitem__, map(id, values)), dtype=np.uint64, count=len(values))
-        return (packed == (number << POSITION_BITS) + np.arange(len(values), dtype=np.uint64)).tolist()  # type: ignore[no-any-return]
+        base = number << POSITION_BITS
+        return list(map(eq, map(self._first.__getitem__, map(id, values)), range(base, base + len(values))))
 
     def holds_tensors(self, top_child: Any) -> bool:
         """Whether a child of the root has a tensor below it at its first place."""
