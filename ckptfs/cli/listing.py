@@ -109,12 +109,21 @@ def shape_text(tensor: Tensor) -> str:
 
 def text_lines(rows: list[Row]) -> Iterator[str]:
     """``FILE  DTYPE  SHAPE  SIZE`` lines (an alias's ``FILE -> TENSOR'S FILE``), columns aligned."""
-    cells = [(file if alias_of is None else f"{file} -> {alias_of}", tensor.dtype.name, shape_text(tensor),
-              human_size(tensor.nbytes)) for file, tensor, alias_of, _ in rows]
-    widths = [min(max((len(cell[i]) for cell in cells), default=0), PADDED_FILE_CHARS if i == 0 else 1 << 62)
-              for i in range(3)]
-    for file, dtype, shape, size in cells:
-        yield f"{file:<{widths[0]}}  {dtype:<{widths[1]}}  {shape:<{widths[2]}}  {size}\n"
+    # A state dict's 200,000 tensors have a few dtypes and shapes: their cells are made once each.
+    kinds: dict[tuple[str, tuple[int, ...], str], tuple[str, str, str]] = {}
+    files, described = [], []
+    for file, tensor, alias_of, _ in rows:
+        files.append(file if alias_of is None else f"{file} -> {alias_of}")
+        kind = (tensor.dtype.name, tensor.shape, tensor.kind)
+        cells = kinds.get(kind)
+        if cells is None:
+            cells = kinds[kind] = (tensor.dtype.name, shape_text(tensor), human_size(tensor.nbytes))
+        described.append(cells)
+    file_width = min(max(map(len, files), default=0), PADDED_FILE_CHARS)
+    dtype_width = max((len(cells[0]) for cells in kinds.values()), default=0)
+    shape_width = max((len(cells[1]) for cells in kinds.values()), default=0)
+    for file, (dtype, shape, size) in zip(files, described):
+        yield f"{file:<{file_width}}  {dtype:<{dtype_width}}  {shape:<{shape_width}}  {size}\n"
 
 
 def json_lines(rows: list[Row], max_path_bytes: int) -> Iterator[str]:

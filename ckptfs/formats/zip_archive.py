@@ -73,6 +73,9 @@ class ZipEntry:
     """Whether ``data_offset`` was read from (or checked against) the local header."""
     crc: int = 0
     """The central directory's CRC-32 (not checked: reads are ranged)."""
+    next_header: int = -1
+    """Where the record after it (by header offset) starts, the central directory's offset for the last: set while
+    the directory is read (-1 in an archive a metadata cache entry restored, whose data offsets are known)."""
 
 
 class ZipArchive:
@@ -81,8 +84,6 @@ class ZipArchive:
         self.limits = limits
         self._opening: Prefetch | None = opening
         self.entries: dict[str, ZipEntry] = {}
-        self._next_header: dict[str, int] = {}
-        """Where the record after each one (by header offset) starts; the central directory's offset for the last."""
         self._read_directory()
         self.prefix = self._find_prefix()
 
@@ -94,7 +95,6 @@ class ZipArchive:
         archive = cls.__new__(cls)
         archive.source, archive.limits, archive._opening = source, limits, None
         archive.entries, archive.prefix, archive.cd_offset = entries, prefix, cd_offset
-        archive._next_header = {}
         return archive
 
     # -- central directory -----------------------------------------------------
@@ -144,15 +144,16 @@ class ZipArchive:
 
     def _parse_directory(self, directory: bytes, count: int) -> None:
         read = read_rows(directory, count, self.cd_offset, self.entries, ZipEntry)
-        names, offsets, in_order = read if read is not None else self._parse_entries(directory, count)
+        made, offsets, in_order = read if read is not None else self._parse_entries(directory, count)
         if not in_order:
             order = sorted(range(len(offsets)), key=offsets.__getitem__)
-            names = [names[i] for i in order]
+            made = [made[i] for i in order]
             offsets = [offsets[i] for i in order]
         offsets.append(self.cd_offset)
-        self._next_header = dict(zip(names, offsets[1:]))
+        for entry, following in zip(made, offsets[1:]):
+            entry.next_header = following
 
-    def _parse_entries(self, directory: bytes, count: int) -> tuple[list[str], list[int], bool]:
+    def _parse_entries(self, directory: bytes, count: int) -> tuple[list[ZipEntry], list[int], bool]:
         # One pass with local bindings and a Struct of the used fields only: ~200,000 records for a large MoE.
         entries = self.entries
         size = len(directory)
@@ -161,9 +162,9 @@ class ZipArchive:
         local_size = LOCAL_HEADER.size
         cd_offset = self.cd_offset
         make_entry = ZipEntry
-        names: list[str] = []
+        made: list[ZipEntry] = []
         offsets: list[int] = []
-        add_name, add_offset = names.append, offsets.append
+        add_entry, add_offset = made.append, offsets.append
         in_order = True
         last_offset = -1
         pos = 0
@@ -192,14 +193,14 @@ class ZipArchive:
                 raise CorruptCheckpointError(
                     f"zip record {name!r} ({csize} bytes at offset {offset}) overruns the central directory"
                 )
-            add_name(name)
+            add_entry(entry)
             add_offset(offset)
             if offset <= last_offset:
                 in_order = False
             last_offset = offset
         if pos != size:
             raise CorruptCheckpointError(f"central directory holds {size - pos} bytes beyond its {count} entries")
-        return names, offsets, in_order
+        return made, offsets, in_order
 
     def _find_prefix(self) -> str:
         if not self.entries:
@@ -255,7 +256,7 @@ class ZipArchive:
             for e in group:
                 data_start = self._local_data_offset(buffer, e.header_offset - start, e) - start
                 e.data_offset = start + data_start
-                if e.data_offset + e.compressed_size > self._next_header[e.name]:
+                if e.data_offset + e.compressed_size > e.next_header:
                     raise CorruptCheckpointError(f"zip record {e.name!r} overlaps the next record")
                 raw = buffer[data_start : data_start + e.compressed_size]
                 if len(raw) != e.compressed_size:
@@ -265,7 +266,7 @@ class ZipArchive:
 
     def _span_end(self, e: ZipEntry) -> int:
         worst = e.header_offset + LOCAL_HEADER.size + 2 * U16 + e.compressed_size
-        return min(self._next_header[e.name], worst)
+        return min(e.next_header, worst)
 
     def _local_data_offset(self, buffer: bytes, pos: int, e: ZipEntry) -> int:
         """Absolute data offset of ``e`` from its local header at ``buffer[pos:]``."""
@@ -299,7 +300,6 @@ class ZipArchive:
         its local header (one read each)."""
         # One loop with torch's rule inlined for the common case (offsets and sizes below 4 GiB): it runs once
         # per storage, ~200,000 times for a large MoE.
-        next_header = self._next_header
         fixed = LOCAL_HEADER.size + 4
         for e in entries:
             if e.data_offset >= 0:
@@ -315,7 +315,7 @@ class ZipArchive:
                 else:
                     predicted = predicted_data_offset(header_offset, name_len, size, alignment)
                 if predicted - header_offset <= LOCAL_HEADER.size + name_len + U16:
-                    trailer = next_header[name] - predicted - csize
+                    trailer = e.next_header - predicted - csize
                     if trailer in (DESCRIPTOR_SIZES if e.flags & 8 else (0,)):
                         computed = predicted
             if computed is not None:
@@ -324,7 +324,7 @@ class ZipArchive:
                 header = self.source.read(e.header_offset, LOCAL_HEADER.size)
                 e.data_offset = self._local_data_offset(header, 0, e)
                 e.header_checked = True
-            if e.data_offset + e.compressed_size > next_header[name]:
+            if e.data_offset + e.compressed_size > e.next_header:
                 raise CorruptCheckpointError(f"zip record {name!r} overlaps the next record")
 
     def check_local_header(self, e: ZipEntry) -> None:

@@ -11,7 +11,7 @@ from ckptfs.formats.deflate_index import DeflateIndex, DeflateIndexes
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
-from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
+from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, ZipEntry, check_inflation
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import DType, dtype_of_storage_class
@@ -38,7 +38,21 @@ class _StorageTable:
         # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
         self.crcs_computed = archive.entries[archive.prefix + "data.pkl"].crc != 0
         self.storages: dict[str, Storage] = {}
+        self.made: list[ZipEntry] = []
+        """The record of each storage ``storage`` made (not the zero-byte aliases of ``shared_storage``), in order."""
         self.entries, self.prefix = archive.entries, archive.prefix
+
+    def forget(self) -> None:
+        """Empties the table: the reference parse makes it again."""
+        self.storages.clear()
+        self.made.clear()
+
+    def storage_records(self) -> list[ZipEntry]:
+        """The record of each storage in ``storages``, in its order: the ones ``storage`` found, unless there are
+        aliases among them."""
+        if len(self.made) == len(self.storages):
+            return self.made
+        return [self.entries[self.prefix + storage.record] for storage in self.storages.values()]
 
     def persistent_load(self, pid: Any) -> Storage:
         cls, key, location, numel, _ = storage_persistent_id(pid, 5)
@@ -72,6 +86,7 @@ class _StorageTable:
         storage = Storage(key, dtype, location, numel, record, -1, size, self.byteorder, method == DEFLATED, written,
                           None, None, 0, self.archive.source)
         storages[key] = storage
+        self.made.append(entry)
         return storage
 
 
@@ -108,7 +123,7 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
         mark_parameters(archive, root, limits)
 
     storages = [s for table in tables for s in table.storages.values()]
-    entries = [archive.entries[archive.prefix + s.record] for s in storages]
+    entries = [entry for table in tables for entry in table.storage_records()]
     archive.resolve_data_offsets(entries, alignment)
     for storage, entry in zip(storages, entries):
         storage.offset = entry.data_offset
@@ -154,7 +169,7 @@ class ZipParsed(ParsedCheckpoint):
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:
     if unpickler.FAST_PATHS:
-        root = zip_columns.load(pickle_bytes, table.storage, table.storages, limits)
+        root = zip_columns.load(pickle_bytes, table.storage, table.forget, limits)
         if root is not None:
             return root
     return SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,

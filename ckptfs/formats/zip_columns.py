@@ -29,8 +29,8 @@ MakeStorage = Callable[[str, DType, str, int], Storage]
 """``_StorageTable.storage``: key, dtype, location, numel."""
 
 
-def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], limits: Limits) -> dict[str, Any] | None:
-    """The root dict, or None (``storages``, the persistent loads' table, then emptied) for the reference."""
+def load(data: bytes, make_storage: MakeStorage, forget: Callable[[], None], limits: Limits) -> dict[str, Any] | None:
+    """The root dict, or None (``forget`` then empties the persistent loads' table) for the reference."""
     data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
     rows = cscan.scan(data, limits)
     if rows is None:
@@ -38,7 +38,7 @@ def load(data: bytes, make_storage: MakeStorage, storages: dict[str, Storage], l
     try:
         return _tree(data, rows, make_storage)
     except (_Refused, CkptfsError, UnicodeDecodeError):
-        storages.clear()
+        forget()
         return None
 
 
@@ -60,6 +60,8 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
             location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
         storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
     pool = rows.pool
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape or stride: less memory
+    intern = shapes.setdefault
     tensors = []
     for storage_row, offset, size_at, rank, stride_at, grad, has_elements, last in cscan.rows(
             rows.tensors, cscan.TENSOR_FIELDS):
@@ -71,8 +73,9 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
         # refuses where it would pass: the reference then runs).
         if has_elements and last >= storage.numel * dtype.packing:
             raise _Refused
-        tensors.append(Tensor(dtype, pool[size_at : size_at + rank], pool[stride_at : stride_at + rank], offset,
-                              storage, grad == 1, False, "dense"))
+        shape, stride = pool[size_at : size_at + rank], pool[stride_at : stride_at + rank]
+        tensors.append(Tensor(dtype, intern(shape, shape), intern(stride, stride), offset, storage, grad == 1, False,
+                              "dense"))
     root: dict[str, Any] = {}
     for key_at, key_length, tensor_row in cscan.rows(rows.items, cscan.ITEM_FIELDS):
         root[data[key_at : key_at + key_length].decode("utf-8", "surrogatepass")] = tensors[tensor_row]

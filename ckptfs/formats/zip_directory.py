@@ -9,7 +9,7 @@ order, with its message.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.pickle import cscan
@@ -18,23 +18,23 @@ U32 = 0xFFFFFFFF
 
 
 def read_rows(directory: bytes, count: int, cd_offset: int, entries: dict[str, object],
-              make_entry: Callable[..., object]) -> tuple[list[str], list[int], bool] | None:
-    """The names and header offsets of the ``count`` entries (made into ``entries``) and whether those offsets
+              make_entry: Callable[..., Any]) -> tuple[list[Any], list[int], bool] | None:
+    """The ``count`` entries (made into ``entries`` by their names too), their header offsets and whether those
     increase; None when the scanner is not there or refuses (the Python loop then reads the directory)."""
     directory = bytes(directory)  # the same object when it is bytes already: names are sliced from it
     scanned = cscan.directory(directory, count, cd_offset)
     if scanned is None:
         return None
     rows, in_order = scanned
-    names: list[str] = []
-    add_name = names.append
+    made: list[Any] = []
+    add_entry = made.append
     for name_at, name_length, method, flags, csize, usize, offset, crc in cscan.rows(rows, cscan.DIRECTORY_FIELDS):
         name = directory[name_at : name_at + name_length].decode("ascii")
         entry = make_entry(name, method, flags, csize, usize, offset, -1, False, crc)
         if entries.setdefault(name, entry) is not entry:
             raise CorruptCheckpointError(f"duplicate zip record {name!r}")
-        add_name(name)
-    return names, rows[6 :: cscan.DIRECTORY_FIELDS].tolist(), in_order
+        add_entry(entry)
+    return made, rows[6 :: cscan.DIRECTORY_FIELDS].tolist(), in_order
 
 
 def apply_zip64(extra: bytes, usize: int, csize: int, offset: int, name: str) -> tuple[int, int, int]:

@@ -50,7 +50,7 @@ from ckptfs.fs.contents import Contents
 from ckptfs.fs.index import make_index
 from ckptfs.fs.lookup import child_position, listed_names, names_of
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME
-from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan
+from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan, tensor_nodes
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import Places, holds
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
@@ -250,7 +250,11 @@ class Layout(Contents):
             directory.head = [self.control]
         names = listed_names(self.places, directory, self.boxed and directory is self.root)
         made = directory.made or {}
-        for position, (key, child) in enumerate(pairs):
+        values = [child for _, child in pairs]
+        if not made and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
+            kids = tensor_nodes(directory, pairs, names, base, SLOTS, self.places.firsts_in(container, values))
+            entries.update(zip(names, kids))
+        for position, (key, child) in enumerate(pairs if not kids else ()):
             name = names[position]
             node = made.get(position) or self._node(directory, position, key, child, name, base + SLOTS * position)
             entries[name] = node
@@ -259,7 +263,7 @@ class Layout(Contents):
             bundle = entries[SAFETENSORS_NAME] = self._bundle(directory)
             directory.tail = [bundle]
         directory.made = directory.named = None
-        directory.plan = listing_plan([child for _, child in pairs], self.views)
+        directory.plan = listing_plan(values, self.views)
         directory.children = kids
         directory.entries = entries
 

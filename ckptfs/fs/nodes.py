@@ -177,6 +177,15 @@ class Dir(Node):
         return sizes + found.tolist() + [size(node) for node in tail]
 
 
+def tensor_nodes(directory: Dir, pairs: list[tuple[Key, Any]], names: list[str], base: int, slots: int,
+                 firsts: list[bool]) -> list[Node]:
+    """The nodes of a container's children when all are tensors: each a file where it is first met (``firsts``),
+    else a link; made in one pass (``Layout._node`` of each, without its checks)."""
+    file, link = Kind.TENSOR, Kind.LINK
+    return [Node(base + slots * position, file if first else link, name, directory, key, child)
+            for position, ((key, child), name, first) in enumerate(zip(pairs, names, firsts))]
+
+
 def _pick(items: list[Node], positions: list[int]) -> list[Node]:
     """``[items[p] for p in positions]``, the loop in C."""
     if len(positions) == 1:

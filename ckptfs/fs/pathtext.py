@@ -11,8 +11,11 @@ opening a checkpoint sums them along every path (``max_key_bytes``).
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from ckptfs.errors import LimitExceededError
 from ckptfs.model.encoding import key_text
+from ckptfs.model.jsontext import plain_lengths
 from ckptfs.model.records import Trail
 from ckptfs.model.trails import key_lists
 
@@ -43,6 +46,21 @@ class PathTexts:
         if len(prefix) + len(own) + 1 > self.max_bytes:
             raise _too_long(self.max_bytes)
         return prefix + own + "]"
+
+    def lengths(self, trails: list[Trail]) -> list[int]:
+        """``[len(self.path_text(t)) for t in trails]``; in one pass when they are siblings keyed by str keys that
+        need no escapes (a state dict's tensors), else one by one."""
+        if trails and None not in trails and len(set(map(id, map(_PARENT, trails)))) == 1:
+            keys = list(map(_KEY, trails))
+            own = plain_lengths(keys) if set(map(type, keys)) == {str} else None
+            if own is not None:
+                longest = max(own)
+                base = len(self.path_text(trails[own.index(longest)])) - longest  # raises if that one is too long
+                return [base + length for length in own]
+        return [len(self.path_text(trail)) for trail in trails]
+
+
+_KEY, _PARENT = itemgetter(0), itemgetter(1)
 
 
 def _too_long(max_bytes: int) -> LimitExceededError:

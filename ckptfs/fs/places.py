@@ -9,7 +9,8 @@ holds 200,000 of them.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from operator import eq
 from typing import Any
 
 from ckptfs.fs.nest import Group, nested
@@ -114,6 +115,15 @@ class Places:
     def is_first_place(self, child: Any, container: Any, position: int) -> bool:
         holder, index = self.first_place(child)
         return index == position and holder is container
+
+    def firsts_in(self, container: Any, values: list[Any]) -> list[bool]:
+        """``[self.is_first_place(v, container, i) for i, v in enumerate(values)]`` for the container's children
+        ``values``, tensors all, compared in one pass in C (a state dict holds 200,000)."""
+        number = bisect_left(self._starts, self._block[id(container)])
+        while self._containers[number] is not container:  # empty containers before it start where it does
+            number += 1
+        base = number << POSITION_BITS
+        return list(map(eq, map(self._first.__getitem__, map(id, values)), range(base, base + len(values))))
 
     def holds_tensors(self, top_child: Any) -> bool:
         """Whether a child of the root has a tensor below it at its first place."""

@@ -30,6 +30,7 @@ from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.nest import Group
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.encoding import key_text
+from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.model.tree import is_container
 from ckptfs.reading.extents import Extent
@@ -127,8 +128,7 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
 _MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
 """A member's entry in the header (``name``: its JSON text)."""
 _MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
-_POWERS_OF_TEN = [10**k for k in range(1, 19)]
-_NUMPY_SUMS = 1 << 62
+_NUMPY_SUMS = DECIMAL_LIMIT
 """Offsets below this are summed and counted in int64; beyond it (hostile shapes only) in Python ints."""
 
 
@@ -141,9 +141,7 @@ def _safetensors_shape(tensor: Tensor) -> list[int]:
 
 def _digit_count(ends: Any) -> int:
     """The total length of the decimal texts of the int64 array ``ends`` (none negative)."""
-    import numpy as np  # here, as in _members_length
-
-    return int(len(ends) + np.searchsorted(np.array(_POWERS_OF_TEN, dtype=np.int64), ends, side="right").sum())
+    return int(decimal_lengths(ends).sum())
 
 
 class SafetensorsFile:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.limits import Limits
-from ckptfs.model.jsontext import dumps, quote
-from ckptfs.model.records import Tensor
+from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths, dumps, plain_lengths, quote
+from ckptfs.model.records import Storage, Tensor
 from ckptfs.reading.extents import source_ranges
 
 _STORAGE_FIELDS = ("key", "record", "offset")
@@ -51,12 +51,24 @@ _FAMILY_FIELDS = attrgetter(
     "storage.written")
 
 
+_STORAGE, _QUANTIZATION, _INLINE = attrgetter("storage"), attrgetter("quantization"), attrgetter("inline_data")
+
+
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
     """What a sidecar holds besides the ``_VARYING`` values; None for tensors rendered whole."""
     storage = tensor.storage
     if storage is None or tensor.quantization is not None or storage.inline_data is not None:
         return None
     return _FAMILY_FIELDS(tensor)  # type: ignore[no-any-return]
+
+
+def _families(tensors: list[Tensor]) -> Iterator[tuple[Any, ...] | None]:
+    """``map(_family, tensors)``, the checks made a field at a time over them all when none is rendered whole."""
+    storages = list(map(_STORAGE, tensors))
+    if (None not in storages and list(map(_QUANTIZATION, tensors)).count(None) == len(tensors)
+            and list(map(_INLINE, storages)).count(None) == len(storages)):
+        return map(_FAMILY_FIELDS, tensors)
+    return map(_family, tensors)
 
 
 @dataclass
@@ -98,22 +110,28 @@ class SidecarMaker:
             return [len(self(t)) if p is None else p.fixed + len(path_text(t.trail)) + len("".join(p.varying(t)))
                     for t, p in zip(tensors, templates)]
         sizes = [0] * len(tensors)
-        families: dict[int, tuple[_Template, list[int]]] = {}
-        for index, template in enumerate(map(self._template, tensors)):
-            if template is None:
+        families: dict[tuple[Any, ...], list[int]] = {}
+        for index, family in enumerate(_families(tensors)):
+            if family is None:
                 sizes[index] = len(self(tensors[index]))
-            else:
-                families.setdefault(id(template), (template, []))[1].append(index)
-        for template, indices in families.values():
-            family = [tensors[index] for index in indices]
-            for index, tensor, length in zip(indices, family, template.lengths(family)):
-                sizes[index] = template.fixed + len(path_text(tensor.trail)) + length
+                continue
+            found = families.get(family)
+            if found is None:
+                found = families[family] = []
+            found.append(index)
+        for family, indices in families.items():
+            members = [tensors[index] for index in indices]
+            template = self._template_of(family, members[0])
+            paths = self._paths.lengths([tensor.trail for tensor in members])
+            for index, length, path in zip(indices, template.lengths(members), paths):
+                sizes[index] = template.fixed + path + length
         return sizes
 
     def _template(self, tensor: Tensor) -> _Template | None:
         family = _family(tensor)
-        if family is None:
-            return None
+        return None if family is None else self._template_of(family, tensor)
+
+    def _template_of(self, family: tuple[Any, ...], tensor: Tensor) -> _Template:
         template = self._templates.get(family)
         if template is None:
             template = self._templates[family] = _make_template(tensor, self._written_text)
@@ -159,13 +177,31 @@ def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
                 f"[[{first}, {first + nbytes}]]" if one_range else "null")
 
     def lengths(tensors: list[Tensor]) -> list[int]:
-        storages = [t.storage for t in tensors]
-        found = [len(quote(s.key)) + len(quote(s.record)) + len(int.__repr__(s.offset))  # type: ignore[union-attr]
-                 for s in storages]
+        storages: list[Storage] = [t.storage for t in tensors]  # type: ignore[misc]
+        offsets = [s.offset for s in storages]
+        keys, records = plain_lengths([s.key for s in storages]), plain_lengths([s.record for s in storages])
+        if keys is not None and records is not None and _decimal(offsets, delta, nbytes):
+            import numpy as np  # here: a command line that lists no big directory starts without it
+
+            starts = np.array(offsets, dtype=np.int64)
+            found = np.add(keys, records) + decimal_lengths(starts)
+            if one_range:
+                found += len("[[, ]]") + decimal_lengths(starts + delta) + decimal_lengths(starts + (delta + nbytes))
+            else:
+                found += len("null")
+            return found.tolist()  # type: ignore[no-any-return]
+        found = [len(quote(s.key)) + len(quote(s.record)) + len(int.__repr__(s.offset)) for s in storages]
         if not one_range:
             return [length + len("null") for length in found]
-        firsts = [s.offset + delta for s in storages]  # type: ignore[union-attr]
+        firsts = [s.offset + delta for s in storages]
         return [length + len("[[, ]]") + len(int.__repr__(first)) + len(int.__repr__(first + nbytes))
                 for length, first in zip(found, firsts)]
 
     return varying, lengths
+
+
+def _decimal(offsets: list[int], delta: int, nbytes: int) -> bool:
+    """Whether ``decimal_lengths`` counts the storages' offsets and their ranges' bounds (``delta`` and ``nbytes``
+    are the family's): all of them in its range."""
+    return (bool(offsets) and min(offsets) >= 0 and delta >= 0 and nbytes >= 0
+            and max(offsets) + delta + nbytes < DECIMAL_LIMIT)

@@ -292,3 +292,26 @@ def test_two_level_prefix_is_not_a_checkpoint(tmp_path: Path, r1_original: tuple
     with pytest.raises(NotACheckpointError, match=reason) as info:
         ckptfs.open(path)
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_empty_storage_met_under_two_dtypes_and_the_offsets_after_it(tmp_path: Path, compiled: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero-byte storage referenced as float32 and as int32 is two storages (an alias): every storage's data offset
+    is still its own record's, on both parse paths."""
+    from ckptfs.pickle import cscan
+
+    monkeypatch.setattr(cscan, "ENABLED", compiled and cscan.ENABLED)
+    empty = torch.empty(0)
+    values = {"a": torch.tensor([1.5, 2.5]), "e": empty, "f": empty.view(torch.int32),
+              "b": torch.arange(5, dtype=torch.int64), "c": torch.tensor([7.0], dtype=torch.float64)}
+    path = save_zip(values, tmp_path / "alias.pt")
+    offsets = local_data_offsets(path)
+    with ckptfs.open(path) as ck:
+        assert len(ck.storages) == 5
+        assert {s.dtype.name for s in ck.storages if s.base is not None} == {"int32"}
+        for storage in ck.storages:
+            record = ck.details["archive_prefix"] + "/" + storage.record
+            assert storage.offset == offsets[record]
+        for key, tensor in values.items():
+            assert ck.read(ck.tensor((key,))) == tensor.numpy().tobytes()

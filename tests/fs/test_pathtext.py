@@ -51,6 +51,24 @@ def test_texts_equal_encoding_key_by_key(branches: list[tuple[int, list[Any]]], 
             assert names.value(trail) == names.leaf(trail)
 
 
+@settings(max_examples=200, deadline=None)
+@given(parent=st.lists(_keys, max_size=3), keys=st.lists(st.one_of(st.text(max_size=6), _keys), max_size=8),
+       others=st.lists(st.lists(_keys, max_size=2), max_size=2))
+def test_lengths_equal_the_texts_lengths(parent: list[Any], keys: list[Any], others: list[list[Any]]) -> None:
+    """Siblings (a state dict's keys, with escapes or not), and trails of other parents mixed in."""
+    base = _trail(parent)
+    trails = [(key, base) for key in keys] + [_trail(other) for other in others]
+    for asked in (trails[: len(keys)], trails):
+        assert PathTexts(1 << 20).lengths(asked) == [len(PathTexts(1 << 20).path_text(t)) for t in asked]
+
+
+def test_lengths_of_siblings_past_the_limit_fail() -> None:
+    trails = [(key, None) for key in ["a", "b" * 999, "c"]]
+    assert PathTexts(1003).lengths(trails) == [5, 1003, 5]
+    with pytest.raises(LimitExceededError, match=r"key path's JSON text exceeds 1002 bytes"):
+        PathTexts(1002).lengths(trails)
+
+
 def test_a_path_longer_than_the_limit_fails() -> None:
     trail = _trail(["k" * 100] * 20)
     assert len(PathTexts(1 << 20).path_text(trail)) == 20 * 102 + 19 * 2 + 2
