@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import ckptfs
 from ckptfs.cli.info import description_text
@@ -76,10 +76,21 @@ def fast_paths(on: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def compiled_scanner(on: bool) -> Iterator[None]:
-    """The compiled scanner of zip pickles used (when built) or not: off, the pure-Python fast paths parse."""
+    """The compiled scanners (zip and DCP pickles) used (when built) or not: off, the pure-Python fast paths parse."""
     saved = cscan.ENABLED
     cscan.ENABLED = on
     try:
         yield
     finally:
         cscan.ENABLED = saved
+
+
+def three_paths(make: Callable[[], Any]) -> tuple[Any, Any, Any]:
+    """``make()`` with the compiled scanner, on the pure-Python fast paths, and on the reference interpreter."""
+    with compiled_scanner(True):
+        compiled = make()
+    with compiled_scanner(False):
+        python = make()
+        with fast_paths(False):
+            reference = make()
+    return compiled, python, reference

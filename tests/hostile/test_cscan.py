@@ -31,7 +31,7 @@ from ckptfs.pickle import cscan
 from ckptfs.sources import BytesSource
 from hostile import test_cscan_dcp
 from hostile.cases import CASES, Case
-from hostile.checks import compiled_scanner, fast_paths
+from hostile.checks import compiled_scanner, three_paths
 from hostile.fuzz_target import Mutator
 from hostile.picklegen import dct, get, glob, i, ints, pickle, put, s, storage_pid, tensor_v2
 from hostile.seeds import SEED_NAMES
@@ -40,16 +40,6 @@ from hostile.test_parse_paths import opened
 HERE = Path(__file__).resolve().parent
 MUTANTS = 600
 FUZZ_ITERATIONS = 200_000
-
-
-def three_paths(make: Any) -> tuple[Any, Any, Any]:
-    with compiled_scanner(True):
-        compiled = make()
-    with compiled_scanner(False):
-        python = make()
-        with fast_paths(False):
-            reference = make()
-    return compiled, python, reference
 
 
 @pytest.fixture

@@ -25,21 +25,11 @@ from hypothesis import strategies as st
 from ckptfs.formats import dcp_columns
 from ckptfs.limits import Limits
 from ckptfs.pickle import cscan, unpickler
-from hostile.checks import compiled_scanner, fast_paths
+from hostile.checks import compiled_scanner, fast_paths, three_paths
 from hostile.test_parse_paths import opened
 
 BUILT = cscan.LIBRARY is not None
 MUTANTS = 300
-
-
-def three_paths(make: Any) -> tuple[Any, Any, Any]:
-    with compiled_scanner(True):
-        compiled = make()
-    with compiled_scanner(False):
-        python = make()
-        with fast_paths(False):
-            reference = make()
-    return compiled, python, reference
 
 
 def _state(n: int) -> dict[str, Any]:
