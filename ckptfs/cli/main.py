@@ -87,7 +87,7 @@ class _Version(argparse.Action):
             version = "unknown (not installed)"
         from ckptfs.pickle import cscan
 
-        print(f"ckptfs {version}\ntorch.save zip pickles: {cscan.active_path()}")
+        print(f"ckptfs {version}\npickle scanner (torch.save zips, DCP .metadata): {cscan.active_path()}")
         parser.exit()
 
 

@@ -155,7 +155,7 @@ def test_version() -> None:
     pyproject = (Path(ckptfs.__file__).parents[1] / "pyproject.toml").read_text()
     (version,) = re.findall(r'^version = "(.+)"$', pyproject, re.MULTILINE)
     assert (result.returncode, result.stderr) == (0, "")
-    first, _, path = result.stdout.partition("\ntorch.save zip pickles: ")
+    first, _, path = result.stdout.partition("\npickle scanner (torch.save zips, DCP .metadata): ")
     assert first == f"ckptfs {version}" == f"ckptfs {metadata.version('ckptfs')}"
     assert path == f"{cscan.active_path()}\n"
     assert path.startswith("compiled (_cscan.") == (cscan.LIBRARY is not None)
@@ -167,7 +167,7 @@ def test_version() -> None:
 def test_version_names_the_pure_python_path_when_asked(environment: dict[str, str], path: str) -> None:
     result = subprocess.run([*CLI, "--version"], capture_output=True, text=True, env={**os.environ, **environment},
                             timeout=60)
-    assert result.stdout.splitlines()[1:] == [f"torch.save zip pickles: {path}"]
+    assert result.stdout.splitlines()[1:] == [f"pickle scanner (torch.save zips, DCP .metadata): {path}"]
 
 
 @pytest.mark.parametrize("argv", [["--debug", "ls"], ["ls", "--debug"], ["--debug", "info", "--json"],
