@@ -92,6 +92,13 @@ _malloc.argtypes = [ctypes.c_size_t]
 _free = _libc.free
 _free.restype = None
 _free.argtypes = [ctypes.c_void_p]
+
+
+def free_received(buf: FuseBuf) -> None:
+    """Frees the memory ``fuse_session_receive_buf`` allocated into the ``FuseBuf`` ``buf`` (none: a no-op)."""
+    _free(buf.mem)
+
+
 _mallopt = _libc.mallopt
 _mallopt.restype = ctypes.c_int
 _mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

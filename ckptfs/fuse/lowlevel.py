@@ -10,6 +10,7 @@ checks them against the installed headers.
 from __future__ import annotations
 
 import ctypes
+import signal
 from typing import Any
 
 from ckptfs.errors import MountError
@@ -112,6 +113,9 @@ _SESSION = ctypes.c_void_p
 session_new = _function("fuse_session_new", _SESSION, ctypes.POINTER(FuseArgs), ctypes.POINTER(LowLevelOps), _SIZE,
                         _PTR)
 set_signal_handlers = _function("fuse_set_signal_handlers", ctypes.c_int, _SESSION)
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""libfuse's handlers end the session on these (its own loop then returns the signal's number): threads other than
+the one whose read they must interrupt block them."""
 remove_signal_handlers = _function("fuse_remove_signal_handlers", None, _SESSION)
 session_mount = _function("fuse_session_mount", ctypes.c_int, _SESSION, ctypes.c_char_p)
 session_loop = _function("fuse_session_loop", ctypes.c_int, _SESSION)

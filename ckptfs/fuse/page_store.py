@@ -30,12 +30,6 @@ from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 
 log = logging.getLogger("ckptfs.fuse.mount")
-
-STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""Blocked in the storing thread: libfuse's handlers must interrupt the request loop's read, not this thread."""
-
-_free = ctypes.CDLL(None).free
-_free.restype, _free.argtypes = None, [ctypes.c_void_p]
 DRAIN_POLL = 0.05
 """Seconds between checks of the storing thread while requests are answered after the loop."""
 Batch = list[tuple[int, bytes]]
@@ -52,7 +46,7 @@ class PageStore:
         self.stored = self.failed = 0
         """Files stored, and those whose store failed (logged at the end)."""
         self._thread = threading.Thread(target=self._run, name="ckptfs-page-store", daemon=True)
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)  # inherited by the thread
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, ll.STOPPING_SIGNALS)  # inherited by the thread
         try:
             self._thread.start()
         finally:
@@ -84,7 +78,7 @@ class PageStore:
                         ll.session_process_buf(self._session, ctypes.byref(buf))
                 self._thread.join(0 if answering else DRAIN_POLL)
         finally:
-            _free(buf.mem)
+            libfuse.free_received(buf)
         log.debug("page store: %d files stored, %d stores failed", self.stored, self.failed)
 
     def _run(self) -> None:

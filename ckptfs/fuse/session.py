@@ -11,7 +11,7 @@ from ckptfs.errors import MountError
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 from ckptfs.fuse.inodes import InodeFS
-from ckptfs.fuse.turns import STOPPING_SIGNALS, TakingTurns
+from ckptfs.fuse.turns import TakingTurns
 
 WAITING_READS = 16
 """Reads waiting on the network at once, each on its own thread (``fuse.turns``): as many as
@@ -38,7 +38,7 @@ def serve(fs: InodeFS, mountpoint: str, *, fsname: str, flags: list[str], multit
         status = _mount_and_loop(fs, session, mountpoint, multithreaded)
     finally:
         ll.session_destroy(session)
-    if status < 0 or (status > 0 and status not in STOPPING_SIGNALS):
+    if status < 0 or (status > 0 and status not in ll.STOPPING_SIGNALS):
         raise MountError(f"the FUSE session of {mountpoint} failed: {os.strerror(abs(status))}")
 
 

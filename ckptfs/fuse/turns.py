@@ -25,17 +25,12 @@ from types import FrameType
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
 
-STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""libfuse's handlers end the session on these (its own loop then returns the signal's number)."""
 WAKE = signal.SIGUSR1
 """Sent to the threads receiving to end their reads once the session has ended."""
 RECEIVERS = 2
 """Threads in ``fuse_session_receive_buf`` at most: while one answers a request, another takes the next."""
 POLL = 0.25
 """Seconds between the main thread's looks at whether a signal ended the session."""
-_free = ctypes.CDLL(None).free
-_free.restype = None
-_free.argtypes = [ctypes.c_void_p]
 
 
 class TakingTurns:
@@ -90,7 +85,7 @@ class TakingTurns:
         thread.start()
 
     def _work(self) -> None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, ll.STOPPING_SIGNALS)
         me = threading.get_ident()
         buf = libfuse.FuseBuf()
         try:
@@ -114,7 +109,7 @@ class TakingTurns:
                     return
                 ll.session_process_buf(self._session, ctypes.byref(buf))
         finally:
-            _free(buf.mem)
+            libfuse.free_received(buf)
 
     def _end(self, status: int) -> None:
         """Under the lock."""
