@@ -436,7 +436,10 @@ rgw frontends = beast endpoint={self.url[len("http://"):]} tcp_nodelay=1
                   "--access-key", self.ACCESS_KEY, "--secret-key", self.SECRET_KEY)
 
     def _run(self, *command: str) -> None:
-        subprocess.run(command, check=True, capture_output=True, timeout=90, cwd=self.base)
+        done = subprocess.run(command, capture_output=True, timeout=90, cwd=self.base)
+        if done.returncode != 0:  # what the tool said, which CalledProcessError's message leaves out
+            said = (done.stderr + done.stdout).decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {said}")
 
     def _start(self, *command: str) -> None:
         self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
