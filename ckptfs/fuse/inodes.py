@@ -52,6 +52,8 @@ STORE_FILE_BYTES = 4096
 """Value files up to this size (one page of the kernel's cache each) are stored as their directory is listed."""
 STORE_FILES = 1 << 16
 """Files stored per directory at most: a listing of more leaves the rest to be read (a page each: 256 MiB)."""
+STORED_FILES = 1 << 18
+"""Files stored in a mount at most (a page each: 1 GiB of page cache that listings alone push); then none is."""
 STORE_BATCH = 1024
 """Files handed to the storing thread at once: it stores a long listing's first files while the rest are made."""
 STORED_DIRECTORIES = 1 << 20
@@ -95,6 +97,8 @@ class InodeFS(CheckpointFS):
         self._held: dict[int, tuple[Dir, int]] | None = {}
         """Until a value file is read: by directory, the listing positions below this the kernel holds; then None."""
         self._value_read = False
+        self._store_budget = STORED_FILES
+        """Files still to be stored at most (``STORED_FILES``)."""
         entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
         ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
         self._entry = bytes(entry)
@@ -260,7 +264,8 @@ class InodeFS(CheckpointFS):
         means the kernel has made the inodes of those before (a store into an inode it does not hold fails)."""
         store, stored = self._store, self._stored
         done = stored.get(directory.ino, 0)
-        if store is None or offset <= done or done >= STORE_FILES or isinstance(directory, ZarrDir):
+        if (store is None or offset <= done or done >= STORE_FILES or self._store_budget <= 0
+                or isinstance(directory, ZarrDir)):
             return
         if len(stored) >= STORED_DIRECTORIES:
             stored.clear()
@@ -272,6 +277,8 @@ class InodeFS(CheckpointFS):
         sizes = self._listing(directory).sizes
         _, inos, kinds = self.layout.listing_columns(directory, done - 2, stop - 2)
         wanted = [i for i, kind in enumerate(kinds) if kind is Kind.VALUE and 0 < sizes[done + i] <= STORE_FILE_BYTES]
+        del wanted[self._store_budget :]
+        self._store_budget -= len(wanted)
         if not wanted:
             return
         first = wanted[0]
