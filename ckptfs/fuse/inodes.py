@@ -38,6 +38,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.zarr import ZARR_INO, ZarrDir
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
+from ckptfs.fuse.dirents import add_entries
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
 from ckptfs.fuse.page_store import Batch, PageStore
@@ -245,17 +246,18 @@ class InodeFS(CheckpointFS):
             add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
             for window, first in self._windows(directory, offset, sizes):
                 start, names, address = window.start, window.names, window.address + field
-                for index in range(first, len(names)):
-                    entry = address + index * ENTRY_SIZE
-                    if plus and start + index < 2:  # . and ..: inode 0, the kernel takes no lookup reference
-                        dot = ll.FuseEntryParam.from_buffer_copy(window.memory, index * ENTRY_SIZE)
-                        dot.ino = 0
-                        entry = _ADDRESS(dot)
-                    need = add(req, base + used, size - used, names[index], entry, start + index + 1)
+                while plus and start + first < 2:  # . and ..: inode 0, the kernel takes no lookup reference
+                    dot = ll.FuseEntryParam.from_buffer_copy(window.memory, first * ENTRY_SIZE)
+                    dot.ino = 0
+                    need = add(req, base + used, size - used, names.names[first], _ADDRESS(dot), start + first + 1)
                     if need > size - used:
                         ll.reply_buf(req, base, used)
                         return directory
                     used += need
+                    first += 1
+                used, added = add_entries(add, req, base, size, used, names, address, ENTRY_SIZE, start, first)
+                if added < names.count:
+                    break
         ll.reply_buf(req, base, used)
         return directory
 
