@@ -5,16 +5,13 @@ entries makes 600,000 calls, each a ctypes call from Python.
 
 from __future__ import annotations
 
-import array
 import ctypes
 import importlib.machinery
-import itertools
 import os
 from pathlib import Path
 from typing import Any
 
 _HERE = Path(__file__).parent
-_ONE = 1
 
 
 def _load() -> tuple[Any, str]:
@@ -29,8 +26,8 @@ def _load() -> tuple[Any, str]:
             except (OSError, AttributeError) as exc:
                 return None, f"Python (the compiled loop does not load: {exc})"
             function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
-                                 ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
+                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
             function.restype = ctypes.c_size_t
             return function, f"compiled ({path.name})"
     return None, "Python (no compiled loop was built)"
@@ -40,28 +37,26 @@ COMPILED, PATH_NAME = _load()
 
 
 class Names:
-    """A window's names; for the compiled loop also as it takes them: each NUL-terminated in one text, and where
-    each starts."""
+    """A window's names; for the compiled loop also as it takes them, each NUL-terminated one after another (None
+    when a name holds a NUL: the Python loop then adds them, as C would read such a name cut short)."""
 
-    __slots__ = ("names", "count", "text", "starts", "starts_address")
+    __slots__ = ("names", "count", "text")
 
     def __init__(self, names: list[bytes]) -> None:
         self.names = names
         self.count = len(names)
-        if COMPILED is not None:
-            self.text = b"\0".join(names) + b"\0"
-            self.starts = array.array("q", itertools.accumulate(map(_ONE.__add__, map(len, names)), initial=0))
-            self.starts_address = self.starts.buffer_info()[0]
+        text = b"\0".join(names) + b"\0" if COMPILED is not None else None
+        self.text = text if text is None or text.count(0) == len(names) else None
 
 
 def add_entries(add: Any, req: int, buf: int, size: int, used: int, names: Names, entries: int, stride: int,
                 start: int, first: int) -> tuple[int, int]:
     """Adds entries from ``first`` on with ``add`` (libfuse's function) until the buffer is full: the bytes taken
     in all, and the first entry not added (``names.count`` when all were)."""
-    if COMPILED is not None:
+    if names.text is not None:
         next_entry = ctypes.c_int64()
-        used = COMPILED(ctypes.cast(add, ctypes.c_void_p), req, buf, size, used, names.text, names.starts_address,
-                        entries, stride, start, first, names.count, ctypes.byref(next_entry))
+        used = COMPILED(ctypes.cast(add, ctypes.c_void_p), req, buf, size, used, names.text, entries, stride, start,
+                        first, names.count, ctypes.byref(next_entry))
         return used, next_entry.value
     return _add_entries(add, req, buf, size, used, names, entries, stride, start, first)
 

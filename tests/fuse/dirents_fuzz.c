@@ -14,8 +14,8 @@
 typedef size_t (*add_entry_fn)(void *req, char *buf, size_t bufsize, const char *name, const void *entry,
                                int64_t off);
 size_t cd_add_entries(add_entry_fn add, void *req, char *buf, size_t size, size_t used, const char *names,
-                      const int64_t *name_at, const char *entries, size_t stride, int64_t start, int64_t first,
-                      int64_t count, int64_t *next);
+                      const char *entries, size_t stride, int64_t start, int64_t first, int64_t count,
+                      int64_t *next);
 size_t fuse_add_direntry(void *req, char *buf, size_t bufsize, const char *name, const struct stat *stbuf,
                          off_t off);
 size_t fuse_add_direntry_plus(void *req, char *buf, size_t bufsize, const char *name, const void *entry, off_t off);
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
             entries[i].attr.st_size = (off_t)(next_random() >> 2);
             entries[i].attr_timeout = entries[i].entry_timeout = (double)(next_random() % 100000);
         }
-        char *text = malloc(text_length + 1);
+        char *text = malloc(text_length ? text_length : 1);
         for (int64_t i = 0; i < count; i++) {
             for (int k = 0; k < lengths[i]; k++) {
                 char c = (char)(1 + next_random() % 255);
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
         int64_t next = -1;
         const char *base = plus ? (const char *)entries : (const char *)&entries[0].attr;
         add_entry_fn add = plus ? (add_entry_fn)fuse_add_direntry_plus : (add_entry_fn)fuse_add_direntry;
-        size_t taken = cd_add_entries(add, NULL, buf, size, used, text, name_at, base, sizeof(struct entry_param),
+        size_t taken = cd_add_entries(add, NULL, buf, size, used, text, base, sizeof(struct entry_param),
                                       (int64_t)(next_random() >> 2), first, count, &next);
         if (taken < used || taken > size || next < first || next > count) {
             fprintf(stderr, "window %ld: taken %zu of %zu (from %zu), next %lld of %lld from %lld\n", w, taken, size,

@@ -83,6 +83,17 @@ def test_a_whole_window_is_added_in_one_call_and_names_are_in_place() -> None:
         position += _length(name, True)
 
 
+def test_a_window_with_a_nul_in_a_name_is_added_by_the_python_loop() -> None:
+    """C would read such a name cut short and every name after it misplaced; no layout makes one (names escape
+    control characters), but the loop must not depend on that."""
+    names = [b"a", b"b\0c", b"d"]
+    listed = dirents.Names(names)
+    assert listed.text is None
+    made = _run(dirents.add_entries, True, listed, _entries(3, 1), 4096, 0, 0, 0)
+    assert made == _run(dirents._add_entries, True, listed, _entries(3, 1), 4096, 0, 0, 0)
+    assert made[2] == 3 and made[1] == _length(b"a", True) + _length(b"b", True) + _length(b"d", True)
+
+
 def test_the_compiled_loop_under_sanitizers(tmp_path: Path) -> None:
     """Random windows (names up to 300 bytes, buffers from empty to several entries, allocated to their exact size)
     through libfuse's functions: no read or write out of bounds, no undefined behaviour."""
