@@ -102,11 +102,15 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     return found, left_out
 
 
+BULK_MEMBERS = 64
+"""Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
+
+
 def _all_members(pairs: list[tuple[Key, Any]], prefix: str, found: Members, seen: set[str]) -> bool:
     """Adds the children as members when every one is a tensor safetensors holds under a str key (a state dict's
     every container), checked a column at a time (the loop in C); False (nothing added) for any other, which is
     then walked a child at a time."""
-    if not pairs:
+    if len(pairs) < BULK_MEMBERS:
         return False
     keys, tensors = map(list, zip(*pairs))
     if set(map(type, tensors)) != {Tensor} or set(map(type, keys)) != {str}:

@@ -210,10 +210,12 @@ _TREES = st.recursive(_LEAVES.map(_leaf), lambda inner: st.dictionaries(_KEYS, i
 @example(tree={"a": {"b": _leaf("f32")}, "x": {"a.b": _leaf("f16")}})
 def test_containers_of_tensors_only_give_the_members_a_child_at_a_time_gives(
         tree: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The check of a whole container at once (``_all_members``) against the walk a child at a time: the same
-    names, tensors and what is left out, whatever the names met twice, the dtypes and the tensors without data."""
+    """The check of a whole container at once (``_all_members``, here for any container) against the walk a child
+    at a time: the same names, tensors and what is left out, whatever the names met twice, the dtypes and the
+    tensors without data."""
     path = save_zip(tree, tmp_path_factory.mktemp("members") / "t.pt")
-    with ckptfs.open(path) as ck:
+    with ckptfs.open(path) as ck, pytest.MonkeyPatch.context() as bulk:
+        bulk.setattr("ckptfs.fs.safetensors.BULK_MEMBERS", 1)
         layout = Layout(ck)
         bundles = [layout.lookup(where) for where in layout.safetensors_paths()]
         made = [layout.safetensors(node) for node in bundles]  # type: ignore[arg-type]
