@@ -1,6 +1,6 @@
-"""The compiled scanner (``ckptfs/pickle/_cscan*.c``), an optional extension: plain C with no Python.h, loaded
-with ctypes. Without a C compiler the build skips it and ckptfs runs its pure-Python interpreter
-(``ckptfs --version`` says which)."""
+"""The compiled scanner (``ckptfs/pickle/_cscan*.c``) and listing loop (``ckptfs/fuse/_cdirents.c``), optional
+extensions: plain C with no Python.h, loaded with ctypes. Without a C compiler the build skips them and ckptfs runs
+its pure-Python interpreter and loop (``ckptfs --version`` says which)."""
 
 from setuptools import Extension, setup
 
@@ -9,4 +9,6 @@ HEADERS = ["_cscan.h", "_cscan_dcp.h"]
 
 setup(ext_modules=[Extension("ckptfs.pickle._cscan", [f"ckptfs/pickle/{name}" for name in SOURCES],
                              depends=[f"ckptfs/pickle/{name}" for name in HEADERS],
-                             extra_compile_args=["-O2", "-std=c11"], optional=True)])
+                             extra_compile_args=["-O2", "-std=c11"], optional=True),
+                   Extension("ckptfs.fuse._cdirents", ["ckptfs/fuse/_cdirents.c"], extra_compile_args=["-O2", "-std=c11"],
+                             optional=True)])

@@ -17,6 +17,7 @@ import itertools
 import http.server
 import json
 import os
+import random
 import shutil
 import socket
 import socketserver
@@ -48,10 +49,34 @@ def _missing(what: str) -> None:
     pytest.skip(f"{what} is missing (scripts/setup --test installs it)")
 
 
+_HANDED_OUT: set[int] = set()
+_PICK = random.SystemRandom()
+
+
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a server started next. It lies outside the kernel's ephemeral range: a port
+    the kernel hands out (what ``bind(0)`` gives) can be taken as the local end of any outgoing connection before
+    the server binds it. No port is handed out twice in a run."""
+    ephemeral = _ephemeral_ports()
+    while True:
+        port = _PICK.randrange(10000, 32768)
+        if port in _HANDED_OUT or port in ephemeral:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
 
 
 def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30.0) -> None:

@@ -10,7 +10,6 @@ each ShardedTensor gathered by torch (``ShardedTensor.gather``): the bytes ckptf
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from remote_servers import free_port
 
 warnings.simplefilter("ignore")
 
@@ -56,9 +56,7 @@ def main(out: str, port: str, rank: int, world: int) -> None:
 
 def write_ranks(out: Path, world: int) -> None:
     """Runs the ``world`` ranks, each in a process of its own, writing into ``out``."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     out.mkdir(parents=True, exist_ok=True)
     ranks = [subprocess.Popen([sys.executable, __file__, str(out), port, str(rank), str(world)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for rank in range(world)]

@@ -85,9 +85,11 @@ class _Version(argparse.Action):
             version = metadata.version("ckptfs")
         except metadata.PackageNotFoundError:
             version = "unknown (not installed)"
+        from ckptfs.fuse import dirents
         from ckptfs.pickle import cscan
 
-        print(f"ckptfs {version}\npickle scanner (torch.save zips, DCP .metadata): {cscan.active_path()}")
+        print(f"ckptfs {version}\npickle scanner (torch.save zips, DCP .metadata): {cscan.active_path()}\n"
+              f"listing loop (mounts): {dirents.PATH_NAME}")
         parser.exit()
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import struct
+from operator import attrgetter
 from typing import Any, Callable, NamedTuple
 
 from ckptfs.errors import LimitExceededError
@@ -39,9 +40,11 @@ SAFETENSORS_NAME = "model.safetensors"
 METADATA_KEY = "__metadata__"
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors loader refuses longer headers."""
-class Member(NamedTuple):
-    name: str
-    tensor: Tensor
+class Members(NamedTuple):
+    """Tensors and their names in a ``model.safetensors``: two lists of one length."""
+
+    names: list[str]
+    tensors: list[Tensor]
 
 
 class LeftOut(NamedTuple):
@@ -66,16 +69,19 @@ def key_name(key: Key) -> str:
     return key_text(key)
 
 
-def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
+def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     """The tensors below container ``top`` with their names, in tree order, and what is left out."""
-    found: list[Member] = []
+    found = Members([], [])
     left_out: list[LeftOut] = []
     seen: set[str] = set()
     stack: list[tuple[Any, str]] = [(top, "")]
     while stack:
         container, prefix = stack.pop()
+        pairs = tree.children(container)
+        if _all_members(pairs, prefix, found, seen):
+            continue
         below: list[tuple[Any, str]] = []
-        for position, (key, child) in enumerate(tree.children(container)):
+        for position, (key, child) in enumerate(pairs):
             name = prefix + key_name(key)
             if isinstance(child, Tensor):
                 reason = _unsupported(child, name, seen)
@@ -83,7 +89,8 @@ def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
                     left_out.append(LeftOut(name, reason))
                 else:
                     seen.add(name)
-                    found.append(Member(name, child))
+                    found.names.append(name)
+                    found.tensors.append(child)
             elif isinstance(child, (SparseTensor, NestedTensor)):
                 left_out.append(LeftOut(name, "sparse" if isinstance(child, SparseTensor) else "nested"))
             elif is_container(child) or isinstance(child, Group):
@@ -93,6 +100,51 @@ def members(top: Any, tree: Tree) -> tuple[list[Member], list[LeftOut]]:
                     left_out.append(LeftOut(name, "a container met before: its tensors are at its first path"))
         stack.extend(reversed(below))
     return found, left_out
+
+
+BULK_MEMBERS = 64
+"""Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
+
+
+def _all_members(pairs: list[tuple[Key, Any]], prefix: str, found: Members, seen: set[str]) -> bool:
+    """Adds the children as members when every one is a tensor safetensors holds under a str key (a state dict's
+    every container), checked a column at a time (the loop in C); False (nothing added) for any other, which is
+    then walked a child at a time."""
+    if len(pairs) < BULK_MEMBERS:
+        return False
+    keys, tensors = map(list, zip(*pairs))
+    if set(map(type, tensors)) != {Tensor} or set(map(type, keys)) != {str}:
+        return False
+    names = [prefix + key for key in keys] if prefix else keys
+    dtypes = list(map(_DTYPE, tensors))
+    kinds = dict(zip(map(id, dtypes), dtypes)).values()
+    if (any(dtype.is_quantized or dtype.name not in DTYPE_NAMES or dtype.name == PACKED_F4 for dtype in kinds)
+            or not all(map(_HAS_DATA, tensors)) or any(map(_QUANTIZATION, tensors)) or METADATA_KEY in names):
+        return False
+    unique = set(names)
+    if len(unique) != len(names) or not seen.isdisjoint(unique):
+        return False
+    try:
+        "".join(names).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    seen |= unique
+    found.names.extend(names)
+    found.tensors.extend(tensors)
+    return True
+
+
+_DTYPE, _ITEMSIZE = attrgetter("dtype"), attrgetter("dtype.itemsize")
+_HAS_DATA, _QUANTIZATION = attrgetter("has_data"), attrgetter("quantization")
+
+
+def _by_itemsize(found: Members) -> Members:
+    """The members ordered by element size, largest first, keeping their order among equals."""
+    sizes = list(map(_ITEMSIZE, found.tensors))
+    if len(set(sizes)) <= 1:
+        return found
+    order = sorted(range(len(sizes)), key=[-size for size in sizes].__getitem__)
+    return Members([found.names[i] for i in order], [found.tensors[i] for i in order])
 
 
 def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
@@ -151,10 +203,10 @@ class SafetensorsFile:
     dtype and shape, the offsets' digits counted in bulk), and its text is made only when the file is read.
     """
 
-    __slots__ = ("members", "size", "header_length", "_head", "_header")
+    __slots__ = ("names", "tensors", "size", "header_length", "_head", "_header")
 
-    def __init__(self, found: list[Member], left_out: list[LeftOut], source: str, max_bytes: int) -> None:
-        self.members = sorted(found, key=lambda member: -member.tensor.itemsize)
+    def __init__(self, found: Members, left_out: list[LeftOut], source: str, max_bytes: int) -> None:
+        self.names, self.tensors = _by_itemsize(found)
         # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
         # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
         metadata = {
@@ -179,7 +231,7 @@ class SafetensorsFile:
         families: dict[tuple[str, tuple[int, ...]], int] = {}
         firsts: list[Tensor] = []
         ids: list[int] = []
-        for _, tensor in self.members:
+        for tensor in self.tensors:
             key = (tensor.dtype.name, tensor.shape)
             family = families.get(key)
             if family is None:
@@ -188,14 +240,15 @@ class SafetensorsFile:
             ids.append(family)
         texts = [len(DTYPE_NAMES[t.dtype.name]) + len(",".join(map(str, _safetensors_shape(t)))) for t in firsts]
         nbytes = [tensor.nbytes for tensor in firsts]
-        counts = np.bincount(np.array(ids, dtype=np.intp), minlength=len(firsts)).tolist()
+        family_of = np.array(ids, dtype=np.intp)
+        counts = np.bincount(family_of, minlength=len(firsts)).tolist()
         # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
-        names = "".join(name for name, _ in self.members)
+        names = "".join(self.names)
         length = (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
         length += sum(text * count for text, count in zip(texts, counts))
         total = sum(size * count for size, count in zip(nbytes, counts))
         if total < _NUMPY_SUMS:
-            sizes = np.array(nbytes, dtype=np.int64)[np.array(ids, dtype=np.intp)]
+            sizes = np.array(nbytes, dtype=np.int64)[family_of]
             ends = np.cumsum(sizes)
             length += _digit_count(ends - sizes) + _digit_count(ends)
         else:
@@ -215,7 +268,7 @@ class SafetensorsFile:
     def _make_header(self) -> bytes:
         parts = [self._head]
         offset = 0
-        for name, tensor in self.members:
+        for name, tensor in zip(self.names, self.tensors):
             nbytes = tensor.nbytes
             parts.append(_MEMBER.format(name=json.dumps(name, ensure_ascii=False), dtype=DTYPE_NAMES[tensor.dtype.name],
                                         shape=",".join(map(str, _safetensors_shape(tensor))), start=offset,
@@ -228,7 +281,7 @@ class SafetensorsFile:
 
     def pieces(self, extents: Callable[[Tensor], list[Extent] | None]) -> list[Piece]:
         pieces: list[Piece] = [Literal(self.header)]
-        for _, tensor in self.members:
+        for tensor in self.tensors:
             if tensor.nbytes:
                 pieces += tensor_pieces(tensor, extents(tensor))
         return pieces

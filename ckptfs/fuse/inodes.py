@@ -38,6 +38,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.zarr import ZARR_INO, ZarrDir
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
+from ckptfs.fuse.dirents import add_entries
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
 from ckptfs.fuse.page_store import Batch, PageStore
@@ -52,6 +53,8 @@ STORE_FILE_BYTES = 4096
 """Value files up to this size (one page of the kernel's cache each) are stored as their directory is listed."""
 STORE_FILES = 1 << 16
 """Files stored per directory at most: a listing of more leaves the rest to be read (a page each: 256 MiB)."""
+STORED_FILES = 1 << 18
+"""Files stored in a mount at most (a page each: 1 GiB of page cache that listings alone push); then none is."""
 STORE_BATCH = 1024
 """Files handed to the storing thread at once: it stores a long listing's first files while the rest are made."""
 STORED_DIRECTORIES = 1 << 20
@@ -95,6 +98,8 @@ class InodeFS(CheckpointFS):
         self._held: dict[int, tuple[Dir, int]] | None = {}
         """Until a value file is read: by directory, the listing positions below this the kernel holds; then None."""
         self._value_read = False
+        self._store_budget = STORED_FILES
+        """Files still to be stored at most (``STORED_FILES``)."""
         entry = ll.FuseEntryParam(attr_timeout=CACHE_TIMEOUT, entry_timeout=CACHE_TIMEOUT)
         ctypes.memmove(_ADDRESS(entry) + ATTR, self._template, ctypes.sizeof(ll.Stat))
         self._entry = bytes(entry)
@@ -241,17 +246,18 @@ class InodeFS(CheckpointFS):
             add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
             for window, first in self._windows(directory, offset, sizes):
                 start, names, address = window.start, window.names, window.address + field
-                for index in range(first, len(names)):
-                    entry = address + index * ENTRY_SIZE
-                    if plus and start + index < 2:  # . and ..: inode 0, the kernel takes no lookup reference
-                        dot = ll.FuseEntryParam.from_buffer_copy(window.memory, index * ENTRY_SIZE)
-                        dot.ino = 0
-                        entry = _ADDRESS(dot)
-                    need = add(req, base + used, size - used, names[index], entry, start + index + 1)
+                while plus and start + first < 2:  # . and ..: inode 0, the kernel takes no lookup reference
+                    dot = ll.FuseEntryParam.from_buffer_copy(window.memory, first * ENTRY_SIZE)
+                    dot.ino = 0
+                    need = add(req, base + used, size - used, names.names[first], _ADDRESS(dot), start + first + 1)
                     if need > size - used:
                         ll.reply_buf(req, base, used)
                         return directory
                     used += need
+                    first += 1
+                used, added = add_entries(add, req, base, size, used, names, address, ENTRY_SIZE, start, first)
+                if added < names.count:
+                    break
         ll.reply_buf(req, base, used)
         return directory
 
@@ -260,7 +266,8 @@ class InodeFS(CheckpointFS):
         means the kernel has made the inodes of those before (a store into an inode it does not hold fails)."""
         store, stored = self._store, self._stored
         done = stored.get(directory.ino, 0)
-        if store is None or offset <= done or done >= STORE_FILES or isinstance(directory, ZarrDir):
+        if (store is None or offset <= done or done >= STORE_FILES or self._store_budget <= 0
+                or isinstance(directory, ZarrDir)):
             return
         if len(stored) >= STORED_DIRECTORIES:
             stored.clear()
@@ -272,6 +279,8 @@ class InodeFS(CheckpointFS):
         sizes = self._listing(directory).sizes
         _, inos, kinds = self.layout.listing_columns(directory, done - 2, stop - 2)
         wanted = [i for i, kind in enumerate(kinds) if kind is Kind.VALUE and 0 < sizes[done + i] <= STORE_FILE_BYTES]
+        del wanted[self._store_budget :]
+        self._store_budget -= len(wanted)
         if not wanted:
             return
         first = wanted[0]

@@ -30,6 +30,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
+from ckptfs.fuse.dirents import Names
 from ckptfs.fuse.opened import OpenFile, check_not_truncated
 from ckptfs.sources import BUFFERS, SourceStat
 
@@ -79,7 +80,7 @@ class _Window:
 
     directory: Dir
     start: int
-    names: list[bytes]
+    names: Names
     memory: bytearray
     """Their ``struct stat``s, one after another."""
     address: int
@@ -182,7 +183,7 @@ class CheckpointFS:
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
         fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
         for window, first in self._windows(directory, offset, sizes):
-            start, names, address = window.start, window.names, window.address
+            start, names, address = window.start, window.names.names, window.address
             for index in range(first, len(names)):
                 if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
                     return 0
@@ -193,10 +194,10 @@ class CheckpointFS:
         while position < len(sizes):
             window = self._window
             if window is None or window.directory is not directory or not (
-                    window.start <= position < window.start + len(window.names)):
+                    window.start <= position < window.start + window.names.count):
                 window = self._make_window(directory, position, sizes)
             yield window, position - window.start
-            position = window.start + len(window.names)
+            position = window.start + window.names.count
 
     def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
         """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""
@@ -207,7 +208,7 @@ class CheckpointFS:
         modes = self._modes
         memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
                              sizes[start:stop])
-        window = _Window(directory, start, [name.encode("utf-8") for name in names], memory,
+        window = _Window(directory, start, Names([name.encode("utf-8") for name in names]), memory,
                          ctypes.addressof(ctypes.c_char.from_buffer(memory)))
         self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
         return window

@@ -20,6 +20,7 @@ from torch import nn
 
 import ckptfs
 from ckptfs.cli.main import build_parser
+from ckptfs.fuse import dirents
 from ckptfs.limits import format_quantity, parse_quantity
 from ckptfs.pickle import cscan
 
@@ -155,10 +156,12 @@ def test_version() -> None:
     pyproject = (Path(ckptfs.__file__).parents[1] / "pyproject.toml").read_text()
     (version,) = re.findall(r'^version = "(.+)"$', pyproject, re.MULTILINE)
     assert (result.returncode, result.stderr) == (0, "")
-    first, _, path = result.stdout.partition("\npickle scanner (torch.save zips, DCP .metadata): ")
+    first, _, rest = result.stdout.partition("\npickle scanner (torch.save zips, DCP .metadata): ")
+    path, _, loop = rest.partition("\nlisting loop (mounts): ")
     assert first == f"ckptfs {version}" == f"ckptfs {metadata.version('ckptfs')}"
-    assert path == f"{cscan.active_path()}\n"
+    assert path == cscan.active_path() and loop == f"{dirents.PATH_NAME}\n"
     assert path.startswith("compiled (_cscan.") == (cscan.LIBRARY is not None)
+    assert loop.startswith("compiled (_cdirents.") == (dirents.COMPILED is not None)
 
 
 @pytest.mark.parametrize("environment,path", [({"CKPTFS_PICKLE_COMPILED": "0"}, "pure Python (CKPTFS_PICKLE_COMPILED=0)"),
@@ -167,7 +170,13 @@ def test_version() -> None:
 def test_version_names_the_pure_python_path_when_asked(environment: dict[str, str], path: str) -> None:
     result = subprocess.run([*CLI, "--version"], capture_output=True, text=True, env={**os.environ, **environment},
                             timeout=60)
-    assert result.stdout.splitlines()[1:] == [f"pickle scanner (torch.save zips, DCP .metadata): {path}"]
+    assert result.stdout.splitlines()[1] == f"pickle scanner (torch.save zips, DCP .metadata): {path}"
+
+
+def test_version_names_the_python_listing_loop_when_asked() -> None:
+    result = subprocess.run([*CLI, "--version"], capture_output=True, text=True,
+                            env={**os.environ, "CKPTFS_DIRENTS_COMPILED": "0"}, timeout=60)
+    assert result.stdout.splitlines()[2:] == ["listing loop (mounts): Python (CKPTFS_DIRENTS_COMPILED=0)"]
 
 
 @pytest.mark.parametrize("argv", [["--debug", "ls"], ["ls", "--debug"], ["--debug", "info", "--json"],

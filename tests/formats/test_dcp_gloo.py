@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 from dcp_writers import raw_bytes, torch_view
+from remote_servers import free_port
 
 import ckptfs
 
 JOB = Path(__file__).with_name("dcp_gloo_job.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_over_gloo(tmp_path: Path) -> None:
     out = tmp_path / "gloo2"
     for _ in range(3):  # the port may be taken between its choice and the job's bind, on a busy machine
-        job = subprocess.run([sys.executable, str(JOB), str(out), str(_free_port())], timeout=600,
+        job = subprocess.run([sys.executable, str(JOB), str(out), str(free_port())], timeout=600,
                              capture_output=True, text=True)
         if job.returncode == 0:
             break

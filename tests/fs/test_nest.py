@@ -87,8 +87,8 @@ def test_each_path_joins_back_to_its_exact_key_and_the_index_keeps_exact_paths(t
         assert sidecar["path"] == ["model.layers.0.mlp.w1.weight"]
         header = layout.safetensors(layout.lookup("/model.safetensors"))  # type: ignore[arg-type]
         flat = Layout(ck)
-        assert sorted(m.name for m in header.members) == sorted(  # the same names: the keys, whole
-            m.name for m in flat.safetensors(flat.lookup("/model.safetensors")).members)  # type: ignore[arg-type]
+        assert sorted(header.names) == sorted(  # the same names: the keys, whole
+            flat.safetensors(flat.lookup("/model.safetensors")).names)  # type: ignore[arg-type]
 
 
 def test_without_nest_nothing_changes(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 import safetensors.torch
 import torch
@@ -20,7 +20,7 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
-from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, Member, SafetensorsFile, key_name
+from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DTYPES
 from ckptfs.model.encoding import has_surrogates
@@ -107,12 +107,12 @@ def test_header_over_the_limit(tmp_path: Path) -> None:
     path = save_zip({"k" * 300: torch.ones(1)}, tmp_path / "t.pt")
     with ckptfs.open(path, limits=Limits(max_generated_bytes=200)) as ck:
         with pytest.raises(LimitExceededError, match="model.safetensors's header would exceed 200 bytes"):
-            SafetensorsFile([], [LeftOut("k" * 300, "why")], ck.path, 200)
+            SafetensorsFile(Members([], []), [LeftOut("k" * 300, "why")], ck.path, 200)
 
 
 def test_names_and_paths_that_are_not_utf8_still_make_a_json_header() -> None:
     """Undecodable bytes of a key or path (kept as surrogates) are escaped, never an exception (found by the fuzzer)."""
-    made = SafetensorsFile([], [LeftOut("w\udc8c", "name not UTF-8")], "/data/m\udcff.pt", 1 << 20)
+    made = SafetensorsFile(Members([], []), [LeftOut("w\udc8c", "name not UTF-8")], "/data/m\udcff.pt", 1 << 20)
     (length,) = struct.unpack("<Q", made.header[:8])
     metadata = json.loads(made.header[8 : 8 + length])["__metadata__"]
     assert metadata["source"] == "/data/m\ufffd.pt"
@@ -157,22 +157,22 @@ def test_header_length_is_computed_without_the_header(members: list[tuple[str, s
     """The size (a listing's) is arithmetic on the members; the header made when read is exactly that long and is
     what ``json.dumps`` of the header's dict gives, for any names (quotes, escapes, control characters, unicode),
     dtypes, shapes (empty tensors, offsets of any length)."""
-    found = [Member(name, _record(dtype, shape)) for name, dtype, shape in members
+    found = [(name, _record(dtype, shape)) for name, dtype, shape in members
              if name != "__metadata__" and (shape or dtype != "float4_e2m1fn_x2")]  # as ``members`` leaves out
     left = [LeftOut(*item) for item in left_out]
-    made = SafetensorsFile(found, left, source, 1 << 30)
-    data_length = sum(member.tensor.nbytes for member in found)
+    made = SafetensorsFile(Members([n for n, _ in found], [t for _, t in found]), left, source, 1 << 30)
+    data_length = sum(tensor.nbytes for _, tensor in found)
     assert made.size == made.header_length + data_length
     assert made._header is None  # noqa: SLF001 - the listing's size must not have made it
-    expected = _reference_header([(m.name, m.tensor) for m in found], left, source)
+    expected = _reference_header(found, left, source)
     assert made.header == expected and len(made.header) == made.header_length
 
 
 def test_header_length_with_offsets_beyond_int64() -> None:
     """Hostile shapes can give offsets past 2**63: counted with Python ints, exactly."""
-    found = [Member(f"t{n}", _record("float64", (1 << 31, 1 << 31, 1 << 2))) for n in range(3)]
-    made = SafetensorsFile(found, [], "s", 1 << 20)
-    assert made.header == _reference_header([(m.name, m.tensor) for m in found], [], "s")
+    found = [(f"t{n}", _record("float64", (1 << 31, 1 << 31, 1 << 2))) for n in range(3)]
+    made = SafetensorsFile(Members([n for n, _ in found], [t for _, t in found]), [], "s", 1 << 20)
+    assert made.header == _reference_header(found, [], "s")
     assert len(made.header) == made.header_length and made.size == made.header_length + 3 * (1 << 67)
 
 
@@ -187,3 +187,41 @@ def test_corpus_sizes_are_the_bytes_made(corpus: dict[str, CorpusFile], name: st
             made = layout.safetensors(node)
             assert made._header is None  # noqa: SLF001
             assert size == made.size == sum(len(piece_bytes(piece, ck.read)) for piece in made.pieces(ck.extents))
+
+
+_KEYS = st.sampled_from(["a", "b", "a.b", "b.a", "__metadata__", "é", "w\udc8c", "x"])
+_LEAVES = st.sampled_from(["f32", "f16", "c128", "meta", "q"])
+
+
+def _leaf(kind: str) -> torch.Tensor:
+    if kind == "q":
+        return torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
+    if kind == "meta":
+        return torch.empty(2, device="meta")
+    return torch.ones(3, dtype={"f32": torch.float32, "f16": torch.float16, "c128": torch.complex128}[kind])
+
+
+_TREES = st.recursive(_LEAVES.map(_leaf), lambda inner: st.dictionaries(_KEYS, inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tree=st.dictionaries(_KEYS, _TREES, min_size=1, max_size=5))
+@example(tree={"a.b": _leaf("f32"), "a": {"b": _leaf("f16"), "x": _leaf("f32")}})
+@example(tree={"a": {"b": _leaf("f32")}, "x": {"a.b": _leaf("f16")}})
+def test_containers_of_tensors_only_give_the_members_a_child_at_a_time_gives(
+        tree: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The check of a whole container at once (``_all_members``, here for any container) against the walk a child
+    at a time: the same names, tensors and what is left out, whatever the names met twice, the dtypes and the
+    tensors without data."""
+    path = save_zip(tree, tmp_path_factory.mktemp("members") / "t.pt")
+    with ckptfs.open(path) as ck, pytest.MonkeyPatch.context() as bulk:
+        bulk.setattr("ckptfs.fs.safetensors.BULK_MEMBERS", 1)
+        layout = Layout(ck)
+        bundles = [layout.lookup(where) for where in layout.safetensors_paths()]
+        made = [layout.safetensors(node) for node in bundles]  # type: ignore[arg-type]
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr("ckptfs.fs.safetensors._all_members", lambda *args: False)
+            walked = [Layout(ck).safetensors(node) for node in bundles]  # type: ignore[arg-type]
+        for fast, slow in zip(made, walked):
+            assert (fast.names, fast.header, fast.size) == (slow.names, slow.header, slow.size)
+            assert [id(tensor) for tensor in fast.tensors] == [id(tensor) for tensor in slow.tensors]

@@ -138,6 +138,17 @@ def test_no_more_than_store_files_per_directory(mounted: Any, monkeypatch: pytes
     assert sorted(caught.files().values()) == sorted(_expected(v) for v in VALUES[:3])
 
 
+def test_no_more_than_stored_files_in_a_mount(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fs, caught, _ = mounted
+    monkeypatch.setattr(fs, "_store_budget", 4)
+    vals, deep = _directory(fs, "/vals"), _directory(fs, "/deep/a")
+    fs._store_listed(deep, len(_listed(fs, deep)) + 2)
+    fs._store_listed(vals, len(_listed(fs, vals)) + 2)
+    fs._store_listed(vals, len(_listed(fs, vals)) + 2)
+    assert sorted(caught.files().values()) == sorted([b"run/1\n", b"None\n", *(_expected(v) for v in VALUES[:2])])
+    assert fs._store_budget == 0
+
+
 def test_listings_store_nothing_until_a_value_file_is_read(mounted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests answered with ``fuse_reply_buf`` caught (no kernel to answer): the listing, then a tensor's sidecar
     read, then a value's."""
