@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import torch
+from hostile.checks import compiled_scanner, fast_paths, three_paths
+from hostile.test_parse_paths import opened
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
@@ -25,8 +27,6 @@ from torch.distributed.checkpoint.metadata import (
 from ckptfs.formats import dcp_columns
 from ckptfs.limits import Limits
 from ckptfs.pickle import cscan
-from hostile.checks import compiled_scanner, fast_paths, three_paths
-from hostile.test_parse_paths import opened
 
 BUILT = cscan.LIBRARY is not None
 FILES = ("__0_0.distcp", "__1_0.distcp")
