@@ -8,9 +8,9 @@ written twice (``"range": [start, end]`` and ``"source_ranges": [[file, start, e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
-from collections.abc import Callable
 
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths, dumps
