@@ -152,7 +152,8 @@ static int match(scanner *s, joint *j, int64_t n_items, int64_t n_planner, int64
     }
     /* Unique names: planner keys at the items' offsets are unique too, and are each item's key. */
     int64_t by_position = n_planner == n_items;
-    for (int64_t i = 0; by_position && i < n_items; i++) by_position = planner[4 * i] == items[3 * i];
+    for (int64_t i = 0; by_position && i < n_items; i++)
+        by_position = planner[4 * i] == items[3 * i] && planner[4 * i + 1] == items[3 * i + 1];
     for (int64_t i = 0; i < n_items; i++) j->plan_of[i] = by_position ? i : -1;
     for (int64_t r = 0; !by_position && r < n_planner; r++) {
         int64_t *v = slot(s, &j->plans, text(planner[4 * r], planner[4 * r + 1]), 1);
@@ -167,7 +168,8 @@ static int match(scanner *s, joint *j, int64_t n_items, int64_t n_planner, int64
     /* Storage keys of the items' FQNs one by one: unique (the names are), each the key of its item's chunk when
      * the chunk's offsets are its offsets. */
     by_position = n_storage == n_items;
-    for (int64_t i = 0; by_position && i < n_items; i++) by_position = storage[8 * i] == items[3 * i];
+    for (int64_t i = 0; by_position && i < n_items; i++)
+        by_position = storage[8 * i] == items[3 * i] && storage[8 * i + 1] == items[3 * i + 1];
     for (int64_t r = 0; r < n_storage; r++) j->file_of[r] = 0;
     for (int64_t r = 0; !by_position && r < n_storage; r++) {
         int64_t *v = slot(s, &j->stores, stored_key(storage + 8 * r), 1);
