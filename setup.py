@@ -4,7 +4,7 @@ its pure-Python interpreter and loop (``ckptfs --version`` says which)."""
 
 from setuptools import Extension, setup
 
-SOURCES = ["_cscan.c", "_cscan_zip.c", "_cscan_dcp.c", "_cscan_dcp_objects.c"]
+SOURCES = ["_cscan.c", "_cscan_zip.c", "_cscan_dcp.c", "_cscan_dcp_objects.c", "_cscan_dcp_join.c"]
 HEADERS = ["_cscan.h", "_cscan_dcp.h"]
 
 setup(ext_modules=[Extension("ckptfs.pickle._cscan", [f"ckptfs/pickle/{name}" for name in SOURCES],

@@ -15,7 +15,7 @@ import numpy as np
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.layout import Sections, array
 from ckptfs.errors import CorruptCheckpointError, NoSuchObjectError, SourceError
-from ckptfs.formats.dcp_directory import OVERLAP_CHECKED_CHUNKS, check_disjoint
+from ckptfs.formats.dcp_tree import OVERLAP_CHECKED_CHUNKS, check_disjoint
 from ckptfs.model.records import Chunk, Tensor, contiguous_strides
 from ckptfs.sources import SourceSet
 

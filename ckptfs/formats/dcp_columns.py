@@ -10,6 +10,8 @@ returns None.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ckptfs.formats.dcp_records import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DType, dtype_by_name
@@ -20,16 +22,59 @@ class _Refused(Exception):
     """The rows would not make what the reference makes."""
 
 
-def metadata(data: bytes, limits: Limits) -> DcpMetadata | None:
-    """The records of one ``.metadata`` pickle, or None for the pure-Python paths."""
+@dataclass
+class Scanned:
+    """One ``.metadata`` pickle's rows: the direct rows (``dcp_tree.DcpTree.add_scanned`` makes tensors of them)
+    where the scanner made them, and the records (made when first asked for where it did)."""
+
+    data: bytes
+    tables: dict[str, memoryview]
+    dtypes: list[DType]
+    """By the ``dtypes`` table's rows; empty without direct rows."""
+    made: DcpMetadata | None
+    """The records, made already when there are no direct rows."""
+
+    @property
+    def direct(self) -> bool:
+        return bool(self.tables["header"][3])
+
+    def records(self) -> DcpMetadata:
+        if self.made is None:
+            self.made = _records(self.data, self.tables)  # refuses no dtype: each was known (``scan``)
+        return self.made
+
+    def texts(self, table: str) -> list[str]:
+        """The strings a table of (offset, length) rows names."""
+        bounds = self.tables[table].tolist()
+        return [self.data[at : at + length].decode("ascii") for at, length in zip(bounds[0::2], bounds[1::2])]
+
+    @property
+    def version(self) -> str | None:
+        at, length = self.tables["header"][0:2].tolist()
+        return self.data[at : at + length].decode("ascii") if at >= 0 else None
+
+
+def scan(data: bytes, limits: Limits) -> Scanned | None:
+    """The rows of one ``.metadata`` pickle, or None for the pure-Python paths."""
     data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
     tables = cscan.dcp(data, limits)
     if tables is None:
         return None
+    if tables["header"][3]:
+        dtypes = [dtype_by_name(name) for name in Scanned(data, tables, [], None).texts("dtypes")]
+        if None in dtypes:
+            return None
+        return Scanned(data, tables, dtypes, None)  # type: ignore[arg-type]
     try:
-        return _records(data, tables)
+        return Scanned(data, tables, [], _records(data, tables))
     except _Refused:
         return None
+
+
+def metadata(data: bytes, limits: Limits) -> DcpMetadata | None:
+    """The records of one ``.metadata`` pickle, or None for the pure-Python paths."""
+    scanned = scan(data, limits)
+    return None if scanned is None else scanned.records()
 
 
 def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
@@ -56,7 +101,7 @@ def _records(data: bytes, tables: dict[str, memoryview]) -> DcpMetadata:
             *[iter(tables["storage"].tolist())] * 8):
         storage[_text(data, texts, fqn_at, fqn_length), None if offset_at < 0 else pool[offset_at : offset_at + rank]] \
             = StorageInfo(_text(data, texts, path_at, path_length), start, length, ())
-    version_at, version_length, has_planner = tables["header"].tolist()
+    version_at, version_length, has_planner, _ = tables["header"].tolist()
     planner = None
     if has_planner:
         paths = tables["paths"].tolist()

@@ -1,44 +1,41 @@
-"""Opens a torch.distributed.checkpoint directory: its metadata, the nested tree, chunked tensors.
+"""Opens a torch.distributed.checkpoint directory: its metadata, the nested tree (``dcp_tree``), chunked tensors.
 
-The tree is the user's nested state dict rebuilt from ``planner_data`` paths
-(spec ``more-formats.md`` A.5): FQNs are never split on dots, list indices stay
-ints. A tensor item becomes one ``Tensor`` whose ``chunks`` say where each box
+A tensor item becomes one ``Tensor`` whose ``chunks`` say where each box
 of it is stored; a chunk's blob (a complete torch.save archive) is parsed on
 its first read. Bytes items (pickled objects, which may hold tensors) are
 parsed on opening through the restricted interpreter. Without a ``.metadata``
 (saved with ``use_collectives=False``) the per-rank metadata files are merged.
+One ``.metadata`` the compiled scanner reads is made into the tree from its rows (``dcp_columns.scan``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import (
     CorruptCheckpointError,
     LimitExceededError,
-    NoSuchObjectError,
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import dcp, zip_checkpoint
-from ckptfs.formats.dcp_metadata import Box, DcpMetadata, ItemKey, StorageInfo, TensorItem, parse_metadata
+from ckptfs.formats import dcp, dcp_columns, zip_checkpoint
+from ckptfs.formats.dcp_metadata import DcpMetadata, ItemKey, StorageInfo, TensorItem, parse_metadata, parse_pickled
 from ckptfs.formats.dcp_transforms import RecentBlobs, decoded_blob
+from ckptfs.formats.dcp_tree import DcpTree
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import dtype_by_name
-from ckptfs.model.records import Chunk, Key, Storage, Tensor, contiguous_strides
+from ckptfs.model.records import Chunk, Storage, Tensor
 from ckptfs.sources import ByteSource, SourceSet, WindowSource
 
 GLOBAL_METADATA = ".metadata"
 _RANK_METADATA = re.compile(r"__(\d+)\.metadata")
 FORMAT = "dcp"
-OVERLAP_CHECKED_CHUNKS = 256
-"""Tensors of up to this many chunks are checked pairwise for overlaps on opening (the rest when read)."""
 
 
 def metadata_files(directory: SourceSet) -> list[str]:
@@ -74,57 +71,50 @@ def open_dcp(directory: SourceSet, limits: Limits) -> DcpParsed:
     files = metadata_files(directory)
     if not files:
         raise NotACheckpointError(NOT_A_CHECKPOINT_DIRECTORY)
-    metadata = _merged([_read_metadata(directory, name, limits) for name in files])
-    stored = {info.relative_path for info in metadata.storage.values()}
+    scanned = metadata = None
+    if len(files) == 1:
+        data = _metadata_bytes(directory, files[0], limits)
+        scanned = dcp_columns.scan(data, limits)
+        if scanned is None:
+            metadata = _parsed(files[0], data, limits, parse_pickled)
+        elif not scanned.direct:
+            metadata = scanned.records()
+    else:
+        metadata = _merged([_parsed(name, _metadata_bytes(directory, name, limits), limits) for name in files])
+    if metadata is None:
+        assert scanned is not None
+        stored, version, items = len(scanned.tables["files"]) // 2, scanned.version, len(scanned.tables["items"]) // 3
+    else:
+        stored = len({info.relative_path for info in metadata.storage.values()})
+        version, items = metadata.version, len(metadata.items)
     parsed = DcpParsed(FORMAT, {}, [], details={
-        "metadata_files": files, "files": len(files) + len(stored), "version": metadata.version,
+        "metadata_files": files, "files": len(files) + stored, "version": version,
     }, directory=directory, limits=limits)
-    builder = _TreeBuilder(len(metadata.items))
-    tensors = chunks = 0
-    file_sizes = _FileSizes(directory)
-    strides: dict[tuple[int, ...], tuple[int, ...]] = {}
-    planner, root, stored_at, sizes = metadata.planner_data, builder.root, metadata.storage.get, file_sizes.sizes
-    for fqn, item in metadata.items.items():
-        path = planner.get(fqn, (fqn,)) if planner is not None else (fqn,)
-        if item is None:
-            value = parsed.bytes_item(fqn, _info(metadata, file_sizes, (fqn, None)))
-        else:
-            # Inline, the commonest tensor: one box of its size, stored in a file of known size that holds it.
-            # Anything else (and every error) goes through _chunked_tensor.
-            value = None
-            boxes = item.chunks
-            if len(boxes) == 1 and boxes[0].sizes == item.size:
-                box = boxes[0]
-                info = stored_at((fqn, box.offsets))
-                size = sizes.get(info.relative_path) if info is not None else None
-                if info is not None and type(size) is int and info.offset + info.length <= size:
-                    stride = strides.get(item.size)
-                    if stride is None:
-                        stride = strides[item.size] = contiguous_strides(item.size)
-                    value = Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=[
-                        Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms)])
-            if value is None:
-                value = _chunked_tensor(fqn, item, metadata, file_sizes, strides)
-            tensors += 1
-            chunks += len(value.chunks)
-        if len(path) == 1 and root.get(path[0]) is None:
-            root[path[0]] = value
-        else:
-            builder.insert(path, value)
-    parsed.root = builder.root
-    parsed.details.update(chunked_tensors=tensors, chunks=chunks)
-    if metadata.torch_1_13:
+    tree = DcpTree(directory, parsed.bytes_item, items)
+    if metadata is None:
+        assert scanned is not None
+        tree.add_scanned(scanned)
+    else:
+        tree.add_items(metadata, metadata.items.items())
+    parsed.root = tree.root
+    parsed.details.update(chunked_tensors=tree.tensors, chunks=tree.chunks)
+    if metadata is not None and metadata.torch_1_13:
         parsed.details["written_by"] = "torch 1.13's torch.distributed._shard.checkpoint"
     return parsed
 
 
-def _read_metadata(directory: SourceSet, name: str, limits: Limits) -> DcpMetadata:
+def _metadata_bytes(directory: SourceSet, name: str, limits: Limits) -> bytes:
     source = directory.open(name)
     if source.size > limits.max_pickle_bytes:
         raise LimitExceededError(f"{name} of {source.size} bytes exceeds {limits.max_pickle_bytes} "
                                  "(limit max_pickle_bytes)")
+    return source.read(0, source.size)
+
+
+def _parsed(name: str, data: bytes, limits: Limits,
+            parse: Callable[[bytes, Limits], DcpMetadata] = parse_metadata) -> DcpMetadata:
     try:
-        return parse_metadata(source.read(0, source.size), limits)
+        return parse(data, limits)
     except CorruptCheckpointError as exc:
         raise type(exc)(f"{name}: {exc.reason}") from None
 
@@ -164,122 +154,6 @@ def _merged_item(fqn: str, known: TensorItem, other: TensorItem) -> TensorItem:
         if boxes.setdefault(box.offsets, box) != box:
             raise CorruptCheckpointError(f"ranks disagree on the chunk of {fqn!r} at {box.offsets}")
     return known._replace(chunks=list(boxes.values()))
-
-
-class _FileSizes:
-    """The directory's member sizes, each asked for once (a 100,000-tensor directory has a few files)."""
-
-    def __init__(self, directory: SourceSet) -> None:
-        self.directory = directory
-        self.sizes: dict[str, int | None | NoSuchObjectError] = {}
-
-    def size(self, name: str) -> int | None:
-        size = self.sizes.get(name, _UNASKED)
-        if size is _UNASKED:
-            try:
-                size = self.directory.member_size(name)
-            except NoSuchObjectError as exc:
-                size = exc
-            self.sizes[name] = size
-        if isinstance(size, NoSuchObjectError):
-            raise size
-        return size  # type: ignore[return-value]
-
-
-_UNASKED: Any = object()
-
-
-def _info(metadata: DcpMetadata, files: _FileSizes, key: ItemKey) -> StorageInfo:
-    info = metadata.storage.get(key)
-    if info is None:
-        where = f" at {list(key[1])}" if key[1] is not None else ""
-        raise CorruptCheckpointError(f"{key[0]!r}{where} is not in storage_data")
-    try:
-        size = files.size(info.relative_path)
-    except NoSuchObjectError:
-        where = f" at {list(key[1])}" if key[1] is not None else ""
-        raise CorruptCheckpointError(f"{key[0]!r}{where} is stored in {info.relative_path!r}, "
-                                     "which is not in the directory") from None
-    if size is not None and info.offset + info.length > size:
-        where = f" at {list(key[1])}" if key[1] is not None else ""
-        raise CorruptCheckpointError(f"{key[0]!r}{where} is stored at [{info.offset}, {info.offset + info.length}) "
-                                     f"of {info.relative_path!r}, which has {size} bytes")
-    return info
-
-
-def _chunked_tensor(fqn: str, item: TensorItem, metadata: DcpMetadata, files: _FileSizes,
-                    strides: dict[tuple[int, ...], tuple[int, ...]]) -> Tensor:
-    boxes = item.chunks
-    # One box of the tensor's size covers it (a box lies inside its tensor: dcp_records.checked_box).
-    whole = len(boxes) == 1 and boxes[0].sizes == item.size
-    if not whole:
-        numel = math.prod(item.size)
-        covered = sum(math.prod(box.sizes) for box in boxes)
-        if covered != numel:
-            raise CorruptCheckpointError(f"the chunks of tensor {fqn!r} hold {covered} elements, its size "
-                                         f"{list(item.size)} has {numel}")
-    chunks = []
-    for box in boxes:
-        info = _info(metadata, files, (fqn, box.offsets))
-        chunks.append(Chunk(box.offsets, box.sizes, info.relative_path, info.offset, info.length, info.transforms))
-    if not whole and len(chunks) <= OVERLAP_CHECKED_CHUNKS:
-        check_disjoint(fqn, boxes)
-    stride = strides.get(item.size)
-    if stride is None:
-        stride = strides[item.size] = contiguous_strides(item.size)
-    return Tensor(item.dtype, item.size, stride, 0, None, item.requires_grad, chunks=chunks)
-
-
-def check_disjoint(fqn: str, boxes: list[Box]) -> None:
-    for i, a in enumerate(boxes):
-        for b in boxes[:i]:
-            if all(ao < bo + bs and bo < ao + as_ for ao, as_, bo, bs in zip(a.offsets, a.sizes, b.offsets, b.sizes)) \
-                    and math.prod(a.sizes) and math.prod(b.sizes):
-                raise CorruptCheckpointError(f"chunks of tensor {fqn!r} at {list(a.offsets)} and {list(b.offsets)} "
-                                             "overlap")
-
-
-class _TreeBuilder:
-    """The nested state dict, as torch's ``_traverse.set_element`` rebuilds it: an int key makes a list."""
-
-    def __init__(self, items: int) -> None:
-        self.root: dict[Key, Any] = {}
-        self.max_index = items
-
-    def insert(self, path: tuple[str | int, ...], value: Any) -> None:
-        container: Any = self.root
-        for key, next_key in zip(path, path[1:]):
-            child = self._get(container, key, path)
-            if child is None:
-                child = {} if isinstance(next_key, str) else []
-                self._set(container, key, child, path)
-            elif not isinstance(child, (dict, list)) or isinstance(child, list) != isinstance(next_key, int):
-                raise CorruptCheckpointError(f"planner_data path {list(path)} passes through a "
-                                             f"{type(child).__name__} at {key!r}")
-            container = child
-        if self._get(container, path[-1], path) is not None:
-            raise CorruptCheckpointError(f"planner_data path {list(path)} is given twice")
-        self._set(container, path[-1], value, path)
-
-    def _get(self, container: Any, key: str | int, path: tuple[str | int, ...]) -> Any:
-        if isinstance(container, dict):
-            return container.get(key)
-        self._index(key, path)
-        return container[key] if key < len(container) else None  # type: ignore[operator]
-
-    def _set(self, container: Any, key: str | int, value: Any, path: tuple[str | int, ...]) -> None:
-        if isinstance(container, dict):
-            container[key] = value
-            return
-        index = self._index(key, path)
-        container.extend([None] * (index + 1 - len(container)))
-        container[index] = value
-
-    def _index(self, key: str | int, path: tuple[str | int, ...]) -> int:
-        if not isinstance(key, int) or not 0 <= key < self.max_index:
-            raise CorruptCheckpointError(f"planner_data path {list(path)} has the list index {key!r}, not one "
-                                         f"below the {self.max_index} items")
-        return key
 
 
 @dataclass

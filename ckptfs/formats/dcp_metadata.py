@@ -54,8 +54,11 @@ STORAGE_INFO = _names("filesystem", "_StorageInfo")
 def parse_metadata(data: bytes, limits: Limits) -> DcpMetadata:
     """The records of one ``.metadata`` pickle: from the compiled scanner's rows where it accepts the pickle."""
     scanned = dcp_columns.metadata(data, limits)
-    if scanned is not None:
-        return scanned
+    return parse_pickled(data, limits) if scanned is None else scanned
+
+
+def parse_pickled(data: bytes, limits: Limits) -> DcpMetadata:
+    """The records of one ``.metadata`` pickle, from the pure-Python paths' value."""
     root = load_dcp(data, limits)
     state = _state_of(root, METADATA, "the metadata")
     items = _mapping(state.get("state_dict_metadata"), "state_dict_metadata")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator
 
+from ckptfs.fs.chunk_sidecar import chunk_family, chunk_template
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.limits import Limits
@@ -57,7 +58,9 @@ _STORAGE, _QUANTIZATION, _INLINE = attrgetter("storage"), attrgetter("quantizati
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
     """What a sidecar holds besides the ``_VARYING`` values; None for tensors rendered whole."""
     storage = tensor.storage
-    if storage is None or tensor.quantization is not None or storage.inline_data is not None:
+    if storage is None:
+        return chunk_family(tensor)
+    if tensor.quantization is not None or storage.inline_data is not None:
         return None
     return _FAMILY_FIELDS(tensor)  # type: ignore[no-any-return]
 
@@ -151,6 +154,9 @@ def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
 
 def _make_template(tensor: Tensor, written_text: Callable[[str], str]) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
+    if tensor.storage is None:
+        text, varying, lengths = chunk_template(tensor, _PATH, written_text)
+        return _Template(text, varying, lengths, len(text.format(*[""] * (len(_VARYING) + 1))))
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
     for name in _STORAGE_FIELDS:

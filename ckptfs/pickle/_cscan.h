@@ -38,7 +38,8 @@ int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_off
 
 /* A torch.distributed.checkpoint .metadata pickle (_cscan_dcp.c): tables of int64 rows, each CS_DCP_<TABLE>
  * ints wide, in the order the pickle sets them; offsets are into the pickle's bytes, strings undecoded ASCII.
- *   header (one row): version's offset and length (-1, -1 unless a str), planner_data: 1 a dict, 0 None or absent
+ *   header (one row): version's offset and length (-1, -1 unless a str), planner_data: 1 a dict, 0 None or absent,
+ *       whether the direct rows are made (_cscan_dcp_join.c: not when an item is there twice)
  *   items: key offset, length, tensor row (-1: a BytesStorageMetadata)
  *   tensors: dtype name offset, length (torch.<name>), requires_grad, size's pool offset, rank, first chunk row,
  *       chunks
@@ -47,10 +48,18 @@ int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_off
  *   paths: 0 and a str's offset and length, or 1, an int and 0
  *   storage: fqn offset, length, offset's pool offset (-1: None), its rank, relative_path offset, length, byte
  *       offset, length
- *   pool: the sizes' and offsets' items */
+ *   pool: the sizes' and offsets' items
+ *   direct (one row per item, in the items' order): the item's key offset and length, then for a tensor of one
+ *       chunk of its size whose planner path is one str (or none) and whose chunk is in storage_data: that str's
+ *       offset and length (the key's without a path), dtype row, requires_grad, size's and offsets' shape rows,
+ *       the storage entry's file row, byte offset and length; for any other item -1 and 0s
+ *   shapes: the distinct tuples of the direct rows, each its pool offset and rank
+ *   files: the distinct relative_paths of storage_data's entries (a key's last), each its offset and length
+ *   dtypes: the distinct dtype names of the tensors, each its offset and length */
 enum { CS_DCP_HEADER, CS_DCP_ITEMS, CS_DCP_TENSORS, CS_DCP_CHUNKS, CS_DCP_PLANNER, CS_DCP_PATHS, CS_DCP_STORAGE,
-       CS_DCP_POOL, CS_DCP_TABLES };
-#define CS_DCP_WIDTHS {3, 3, 7, 4, 4, 3, 8, 1}
+       CS_DCP_POOL, CS_DCP_DIRECT, CS_DCP_SHAPES, CS_DCP_FILES, CS_DCP_DTYPES, CS_DCP_TABLES };
+#define CS_DCP_DIRECT_FIELDS 11
+#define CS_DCP_WIDTHS {4, 3, 7, 4, 4, 3, 8, 1, CS_DCP_DIRECT_FIELDS, 2, 2, 2}
 typedef struct {
     int64_t end;
     int64_t *tables[CS_DCP_TABLES];

@@ -203,7 +203,7 @@ int cs_dcp(const uint8_t *data, int64_t len, int64_t max_memo, int64_t max_depth
     while (s.pos < s.n) {
         if (s.p[s.pos] == '.') {
             s.pos++;
-            if (s.nframes == 0 && s.stack.len == 1 && V(&s)[0].kind == V_ROOT) status = CS_DONE;
+            if (s.nframes == 0 && s.stack.len == 1 && V(&s)[0].kind == V_ROOT && dcp_join(&s)) status = CS_DONE;
             break;
         }
         if (!step(&s)) break;

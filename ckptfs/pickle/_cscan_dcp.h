@@ -96,4 +96,6 @@ int dcp_build(scanner *s);
 int dcp_call(scanner *s, int newobj);
 int dcp_append(scanner *s, int64_t from, int64_t target);
 int dcp_set_items(scanner *s, int64_t from, int64_t target);
+/* _cscan_dcp_join.c */
+int dcp_join(scanner *s);
 #endif

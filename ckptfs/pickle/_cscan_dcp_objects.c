@@ -113,8 +113,9 @@ static int build_root(scanner *s, int64_t dict) {
         return 0;
     int has_version = attr(s, dict, "version", &version);
     if (has_version == -2) return 0;
-    int64_t header[3] = {has_version == V_STR ? version.a : -1, has_version == V_STR ? version.b : -1, planner == 1};
-    return put(&s->out[CS_DCP_HEADER], header, 3);
+    int64_t header[4] = {has_version == V_STR ? version.a : -1, has_version == V_STR ? version.b : -1, planner == 1,
+                         0};
+    return put(&s->out[CS_DCP_HEADER], header, 4);
 }
 
 int dcp_build(scanner *s) {

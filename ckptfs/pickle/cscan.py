@@ -30,8 +30,9 @@ class _Result(ctypes.Structure):
                 ("items", ctypes.c_void_p), ("item_rows", ctypes.c_int64)]
 
 
-DCP_TABLES = ("header", "items", "tensors", "chunks", "planner", "paths", "storage", "pool")
-DCP_WIDTHS = (3, 3, 7, 4, 4, 3, 8, 1)
+DCP_TABLES = ("header", "items", "tensors", "chunks", "planner", "paths", "storage", "pool", "direct", "shapes",
+              "files", "dtypes")
+DCP_WIDTHS = (4, 3, 7, 4, 4, 3, 8, 1, 11, 2, 2, 2)
 
 
 class _DcpResult(ctypes.Structure):

@@ -13,7 +13,9 @@ byte ranges need (opening reads only the metadata and the files' sizes). Each si
 sides alternate within a run, and the figure is that process's CPU time for the open alone (after imports), so
 a loaded machine moves both alike. Standalone: ``.venv/bin/python scripts/bench_lib/dcp_scale.py [--runs N]
 [--tensors N] [--workdir DIR] [--baseline TREE] [--breakdown]`` prints the medians and ratios (and the CPU µs
-per tensor of each phase).
+per tensor of each phase); with ``--mount``, the one-rank mount ready instead, of this tree, ``--baseline``'s and
+the C floor, in turn within each run (``mount --no-cache``, both trees' modules byte-compiled beforehand into a
+directory of the work directory, as a pip install leaves them).
 """
 
 from __future__ import annotations
@@ -186,8 +188,9 @@ def open_once(side: str, path: str) -> float:
 
 def breakdown(path: str, count: int, runs: int = 3) -> str:
     """CPU µs per tensor of each phase of an open (medians of ``runs`` in this process): the compiled scan of the
-    pickle and its rows made into records (``dcp_columns``; the pure-Python fast and reference pickle paths beside
-    them), records to the tree (``dcp_directory``), the rest."""
+    pickle (with its join into direct rows), the rows to the tree (``dcp_tree``), the rest; beside them, what
+    ``dcp_metadata.parse_metadata`` takes (the records: the rows made into them, the pure-Python fast and reference
+    pickle paths), which an open takes only for items the direct rows do not make."""
     import time
 
     import ckptfs
@@ -216,10 +219,54 @@ def breakdown(path: str, count: int, runs: int = 3) -> str:
                 times[name].append(time.process_time() - start)
     unpickler.FAST_PATHS = True
     us = {name: statistics.median(values) / count * 1e6 for name, values in times.items()}
-    return (f"us per tensor ({cscan.active_path()}): scan {us['scan']:.1f}, rows to records "
-            f"{us['parse_metadata'] - us['scan']:.1f} (pure-Python pickle: fast path {us['pickle']:.1f}, reference "
-            f"{us['pickle_reference']:.1f}), records to the tree {us['open_dcp'] - us['parse_metadata']:.1f}, "
-            f"rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; total {us['ckptfs.open']:.1f}")
+    return (f"us per tensor ({cscan.active_path()}): scan {us['scan']:.1f}, rows to the tree "
+            f"{us['open_dcp'] - us['scan']:.1f}, rest of ckptfs.open {us['ckptfs.open'] - us['open_dcp']:.1f}; "
+            f"total {us['ckptfs.open']:.1f} (beside it: rows to records {us['parse_metadata'] - us['scan']:.1f}; "
+            f"pure-Python pickle: fast path {us['pickle']:.1f}, reference {us['pickle_reference']:.1f})")
+
+
+def mount_ready(workdir: Path, path: Path, runs: int, baseline: str | None) -> None:
+    """Seconds until ``ckptfs mount --no-cache`` returned and the root listed, of this tree (and ``baseline``'s),
+    and of the C floor (``listing.c``) showing the root ckptfs showed; medians and each side beyond the floor (the
+    floor of the same run)."""
+    from common import LIB, REPO, run
+    from mounts import MountManager
+
+    work = workdir / "dcp-mount"
+    (work / "bin").mkdir(parents=True, exist_ok=True)
+    flags = run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True).stdout.split()
+    listing_c = str(work / "bin" / "listing")
+    run(["gcc", "-O2", "-Wall", str(LIB / "listing.c"), *flags, "-o", listing_c])
+    trees = {"ckptfs": str(REPO), **({"baseline": baseline} if baseline else {})}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPYCACHEPREFIX=str(work / "pycache"), XDG_CACHE_HOME=str(work / "no-cache"))
+    for tree in trees.values():
+        run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "ckptfs")], env=env)
+    mounts, entries = MountManager(work), work / f"root-entries-{path.name}.txt"
+    ready: dict[str, list[float]] = {side: [] for side in [*trees, "clist"]}
+    try:
+        for run_i in range(-1, runs):  # run -1 is not counted: it warms what each side reads at its start
+            sides = list(ready)[run_i % len(ready):] + list(ready)[: run_i % len(ready)]
+            for side in sides if run_i >= 0 else ["ckptfs", *[s for s in sides if s != "ckptfs"]]:
+                mnt = str(work / "mnt" / side)
+                if side == "clist":
+                    m = mounts.start(side, [listing_c, str(entries), mnt, "-f", "-s", "-o", "ro,fsname=listing"], mnt)
+                else:
+                    argv = [sys.executable, "-P", "-m", "ckptfs.cli", "mount", "--no-cache", str(path), mnt]
+                    m = mounts.start(side, argv, mnt, env=dict(env, PYTHONPATH=trees[side]), daemon=True)
+                    if run_i < 0 and side == "ckptfs":
+                        write_root_entries(m.mnt, entries)
+                mounts.stop(m)
+                if run_i >= 0:
+                    ready[side].append(m.ready_s)
+    finally:
+        mounts.stop_all()
+    print(f"scale_dcp_mount (one rank, {path.name}), seconds per run: {ready}")
+    floor = ready["clist"]
+    for side in trees:
+        beyond = statistics.median(r - f for r, f in zip(ready[side], floor))
+        print(f"  {side}: ready median {statistics.median(ready[side]):.2f} s, C floor {statistics.median(floor):.2f} "
+              f"s, beyond it median {beyond:.2f} s (target <= {MOUNT_OVER_CLIST})")
 
 
 def main() -> None:
@@ -230,8 +277,12 @@ def main() -> None:
     p.add_argument("--tensors", type=int, default=TENSORS)
     p.add_argument("--breakdown", action="store_true", help="also each phase's CPU us per tensor (this tree)")
     p.add_argument("--baseline", metavar="TREE", help="also open with the ckptfs of this source tree (before/after)")
+    p.add_argument("--mount", action="store_true", help="the one-rank mount ready instead (beside the C floor)")
     p.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ckptfs-dcp-bench")
     a = p.parse_args()
+    if a.mount:
+        mount_ready(a.workdir, ensure(a.workdir, a.tensors, 1), a.runs, a.baseline)
+        return
     if a.write:
         write(Path(a.write[0]), int(a.write[1]), int(a.write[2]))
         return

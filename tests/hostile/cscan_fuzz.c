@@ -119,7 +119,8 @@ static int dcp_rows_hold(const cs_dcp_result *r, int64_t len) {
         rows[t] = r->lens[t] / widths[t];
     }
     const int64_t pool = r->lens[CS_DCP_POOL], *h = r->tables[CS_DCP_HEADER];
-    if (rows[CS_DCP_HEADER] != 1 || (h[0] != -1 && !inside(h[0], h[1], len)) || (h[2] != 0 && h[2] != 1))
+    if (rows[CS_DCP_HEADER] != 1 || (h[0] != -1 && !inside(h[0], h[1], len)) || (h[2] != 0 && h[2] != 1) ||
+        (h[3] != 0 && h[3] != 1) || rows[CS_DCP_DIRECT] != (h[3] ? rows[CS_DCP_ITEMS] : 0))
         return fail("dcp header", 0);
     for (int64_t i = 0; i < rows[CS_DCP_ITEMS]; i++) {
         const int64_t *it = r->tables[CS_DCP_ITEMS] + i * 3;
@@ -150,6 +151,25 @@ static int dcp_rows_hold(const cs_dcp_result *r, int64_t len) {
         if (!inside(st[0], st[1], len) || (st[2] != -1 && !inside(st[2], st[3], pool)) || st[3] > 64 ||
             !inside(st[4], st[5], len) || st[5] < 1 || st[6] < 0 || st[7] < 0)
             return fail("dcp storage", i);
+    }
+    for (int64_t i = 0; i < rows[CS_DCP_SHAPES]; i++) {
+        const int64_t *sh = r->tables[CS_DCP_SHAPES] + i * 2;
+        if (!inside(sh[0], sh[1], pool) || sh[1] > 64) return fail("dcp shape", i);
+    }
+    for (int t = CS_DCP_FILES; t <= CS_DCP_DTYPES; t++)
+        for (int64_t i = 0; i < rows[t]; i++)
+            if (!inside(r->tables[t][2 * i], r->tables[t][2 * i + 1], len)) return fail("dcp file or dtype", i);
+    for (int64_t i = 0; i < rows[CS_DCP_DIRECT]; i++) {
+        const int64_t *d = r->tables[CS_DCP_DIRECT] + i * CS_DCP_DIRECT_FIELDS, *it = r->tables[CS_DCP_ITEMS] + i * 3;
+        if (d[0] != it[0] || d[1] != it[1]) return fail("dcp direct item", i);
+        if (d[2] == -1) continue;
+        if (it[2] < 0) return fail("dcp direct bytes item", i);
+        const int64_t *t = r->tables[CS_DCP_TENSORS] + it[2] * 7;
+        if (!inside(d[2], d[3], len) || d[4] < 0 || d[4] >= rows[CS_DCP_DTYPES] ||
+            (d[5] != 0 && d[5] != 1) || d[6] < 0 || d[6] >= rows[CS_DCP_SHAPES] || d[7] < 0 ||
+            d[7] >= rows[CS_DCP_SHAPES] || d[8] < 0 || d[8] >= rows[CS_DCP_FILES] || d[9] < 0 || d[10] < 0 ||
+            r->tables[CS_DCP_SHAPES][2 * d[6] + 1] != t[4] || r->tables[CS_DCP_SHAPES][2 * d[7] + 1] != t[4])
+            return fail("dcp direct", i);
     }
     return 1;
 }

@@ -314,7 +314,7 @@ def test_scanner_fuzzed_under_sanitizers(written: dict[str, Path], seeds: dict[s
     built = subprocess.run([gcc, "-std=c11", "-g", "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                             "-fno-omit-frame-pointer", "-o", str(driver), str(HERE / "cscan_fuzz.c"),
                             *(str(sources / name) for name in ("_cscan.c", "_cscan_zip.c", "_cscan_dcp.c",
-                                                                 "_cscan_dcp_objects.c"))],
+                                                                 "_cscan_dcp_objects.c", "_cscan_dcp_join.c"))],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     (tmp_path / "seeds").mkdir()
