@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
@@ -52,7 +52,7 @@ class LeftOut(NamedTuple):
 class Tree(NamedTuple):
     """What the member walk reads of a ``Layout``."""
 
-    children: Callable[[Any], list[tuple[Key, Any]]]
+    children: Callable[[Any], Sequence[tuple[Key, Any]]]
     """A container's ``(key, child)`` pairs."""
     is_first_place: Callable[[Any, Any, int], bool]
     """Whether ``(child, container, position)`` is the child's first place."""
