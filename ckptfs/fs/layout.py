@@ -52,7 +52,7 @@ from ckptfs.fs.lookup import child_position, listed_names, names_of
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME
 from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, TensorChildren, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.places import Places, holds
+from ckptfs.fs.places import DictPairs, Places, holds
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import VIEW_NAMES, View, view_names
@@ -257,7 +257,8 @@ class Layout(Contents):
         made = directory.made or {}
         values = [child for _, child in pairs]
         if not made and not boxed and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
-            kids = TensorChildren(directory, pairs, names, base, self.places.firsts_in(container, values))
+            kids = TensorChildren(directory, pairs, pairs.values if isinstance(pairs, DictPairs) else values, names, base,
+                                  self.places.firsts_in(container, values))
         else:
             kids = []
             for position, (key, child) in enumerate(pairs):

@@ -164,6 +164,9 @@ class Dir(Node):
             where = np.flatnonzero(slots == slot)
             if not len(where):
                 continue
+            if isinstance(self.children, TensorChildren):
+                found[where] = self.children.sizes(positions[where].tolist(), view, size)
+                continue
             nodes = _pick(self.children, positions[where].tolist())
             files = [node for node in nodes if node.kind is Kind.TENSOR]
             if view is None:  # the children themselves
@@ -184,11 +187,11 @@ class TensorChildren(Sequence[Node]):
     it is first met (``firsts``), else a link (``Layout._node`` of each, without its checks). A state dict's
     directory holds 200,000: its names, pairs and a byte per child are all it keeps."""
 
-    __slots__ = ("base", "directory", "firsts", "names", "pairs")
+    __slots__ = ("base", "directory", "firsts", "names", "pairs", "values")
 
-    def __init__(self, directory: Dir, pairs: Sequence[tuple[Key, Any]], names: list[str], base: int,
-                 firsts: list[bool]) -> None:
-        self.directory, self.pairs, self.names, self.base = directory, pairs, names, base
+    def __init__(self, directory: Dir, pairs: Sequence[tuple[Key, Any]], values: list[Any], names: list[str],
+                 base: int, firsts: list[bool]) -> None:
+        self.directory, self.pairs, self.values, self.names, self.base = directory, pairs, values, names, base
         self.firsts = bytes(firsts)
 
     @overload
@@ -208,6 +211,15 @@ class TensorChildren(Sequence[Node]):
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def sizes(self, positions: list[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
+        """``Dir.listed_sizes``' sizes of the children at ``positions`` (``view``: of that view of each), a node made
+        only for a link (its size is its target's path's length)."""
+        firsts, values = self.firsts, self.values
+        files = [values[position] for position in positions if firsts[position]]
+        made = iter(data_sizes(files) if view is None else view.sizes(files))
+        suffix_length = 0 if view is None else len(view.suffix.encode("utf-8"))
+        return [next(made) if firsts[position] else size(self[position]) + suffix_length for position in positions]
 
     def columns(self, codes: Sequence[int], by_slot: list[View | None], names: list[str], inos: list[int],
                 kinds: list[Kind]) -> None:

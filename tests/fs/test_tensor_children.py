@@ -41,6 +41,8 @@ def everything(ck: ckptfs.Checkpoint) -> tuple[list[Any], bool]:
         lazy = lazy or isinstance(layout.children(directory), TensorChildren)
         seen.append([described(node, layout) for node in listing])
         seen.append(layout.listing_columns(directory, 1, len(listing) - 1))
+        seen.append(layout.listing_sizes(directory, 1, len(listing)))
+        seen.append([layout.size(node) for node in listing[1:]])
         seen.append([described(node, layout) for node in layout.children(directory)])
         seen.append([described(layout.children(directory)[-1], layout)] if layout.children(directory) else [])
         prefix = path.rstrip("/") + "/"
