@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
@@ -130,9 +131,10 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
         storage.offset = entry.data_offset
     archive.finish_opening()
     records_count = len(archive.entries)
-    stored = set(map(id, entries))
-    archive.entries = StoredRecords(archive.prefix, {name: entry for name, entry in archive.entries.items()
-                                                     if id(entry) not in stored}, storages, entries)
+    others = dict(archive.entries)
+    for name in map(attrgetter("name"), entries):
+        others.pop(name, None)  # (an alias's record is its storage's, met twice)
+    archive.entries = StoredRecords(archive.prefix, others, storages, entries)
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),

@@ -10,6 +10,7 @@ as a row of typed arrays (~41 bytes), and makes its entry when asked for: ``reco
 from __future__ import annotations
 
 from array import array
+from operator import attrgetter
 from typing import Any
 
 from ckptfs.formats.zip_archive import ZipEntry
@@ -26,14 +27,17 @@ class StoredRecords(dict):  # type: ignore[type-arg]
         self._storages = storages
         self._rows: dict[str, int] | None = None
         """Each storage's row by its record name, made if a name is not found where its key's number says."""
-        self._header_offset = array("q", [e.header_offset for e in records])
-        self._compressed_size = array("q", [e.compressed_size for e in records])
-        self._size = array("q", [e.size for e in records])
-        self._data_offset = array("q", [e.data_offset for e in records])
-        self._crc = array("L", [e.crc for e in records])
-        self._method = array("H", [e.method for e in records])
-        self._flags = array("H", [e.flags for e in records])
-        self._checked = bytearray(e.header_checked for e in records)
+        def column(code: str, field: str) -> array[int]:
+            return array(code, map(attrgetter(field), records))
+
+        self._header_offset = column("q", "header_offset")
+        self._compressed_size = column("q", "compressed_size")
+        self._size = column("q", "size")
+        self._data_offset = column("q", "data_offset")
+        self._crc = column("L", "crc")
+        self._method = column("H", "method")
+        self._flags = column("H", "flags")
+        self._checked = bytearray(map(attrgetter("header_checked"), records))
 
     def __missing__(self, name: str) -> ZipEntry:
         entry = self._made(name)

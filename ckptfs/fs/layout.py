@@ -236,6 +236,11 @@ class Layout(Contents):
         self.entries(directory)
         return directory.children
 
+    def has_values(self, directory: Dir) -> bool:
+        """Whether a child of the directory is a plain value's file (a directory of tensors only makes no node)."""
+        children = self.children(directory)
+        return not isinstance(children, TensorChildren) and any(child.kind is Kind.VALUE for child in children)
+
     def _build(self, directory: Dir) -> None:
         if isinstance(directory, ZarrDir):
             found = mirror_entries(directory, [] if directory.array else self.children(directory.mirrors))
