@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
@@ -12,6 +13,7 @@ from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_p
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
 from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, ZipEntry, check_inflation
+from ckptfs.formats.zip_stored import StoredRecords
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import DType, dtype_of_storage_class
@@ -128,10 +130,15 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
     for storage, entry in zip(storages, entries):
         storage.offset = entry.data_offset
     archive.finish_opening()
+    records_count = len(archive.entries)
+    others = dict(archive.entries)
+    for name in map(attrgetter("name"), entries):
+        others.pop(name, None)  # (an alias's record is its storage's, met twice)
+    archive.entries = StoredRecords(archive.prefix, others, storages, entries)
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
-        "records": len(archive.entries),
+        "records": records_count,
         "storage_alignment": alignment,
         "format_version": _text(records.get(".format_version")),
         "version": _text(records.get("version") or records.get(".data/version")),

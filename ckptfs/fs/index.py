@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Protocol, Sequence
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import LimitExceededError
@@ -32,7 +32,7 @@ class Tree(Protocol):
     paths: PathTexts
     view_names: frozenset[str]
 
-    def children(self, directory: Dir) -> list[Node]: ...
+    def children(self, directory: Dir) -> Sequence[Node]: ...
 
     def value_size(self, value: Any) -> int: ...
 

@@ -43,16 +43,16 @@ views; a directory's second is its ``model.safetensors``).
 from __future__ import annotations
 
 import threading
-from typing import Any, Collection
+from typing import Any, Collection, Sequence
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.contents import Contents
 from ckptfs.fs.index import make_index
 from ckptfs.fs.lookup import child_position, listed_names, names_of
 from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME
-from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, ViewNode, listing_plan, tensor_nodes
+from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, TensorChildren, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
-from ckptfs.fs.places import Places, holds
+from ckptfs.fs.places import DictPairs, Places, holds
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
 from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import VIEW_NAMES, View, view_names
@@ -170,7 +170,11 @@ class Layout(Contents):
         """``entries(directory).get(name)``; before the entries are made, only the entry called ``name`` is
         (``fs.lookup``): a path's lookup costs its depth, not its directories' sizes."""
         if directory.entries is not None or isinstance(directory, ZarrDir):
-            return self.entries(directory).get(name)
+            found = self.entries(directory).get(name)
+            if found is None and isinstance(directory.children, TensorChildren):  # its children are not entries
+                position = child_position(self.places, directory, name, False)
+                return None if position is None else directory.children[position]
+            return found
         if directory is self.root and name in (CONTROL_DIR, ZARR_DIR):
             return self.control if name == CONTROL_DIR else self.zarr_root if "zarr" in self.view_names else None
         if name == SAFETENSORS_NAME:
@@ -227,10 +231,15 @@ class Layout(Contents):
             return self.sizes(self.listing_slice(directory, start, stop))
         return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
 
-    def children(self, directory: Dir) -> list[Node]:
+    def children(self, directory: Dir) -> Sequence[Node]:
         """One node per child of the directory's container, by position: no views, no ``.ckptfs``."""
         self.entries(directory)
         return directory.children
+
+    def has_values(self, directory: Dir) -> bool:
+        """Whether a child of the directory is a plain value's file (a directory of tensors only makes no node)."""
+        children = self.children(directory)
+        return not isinstance(children, TensorChildren) and any(child.kind is Kind.VALUE for child in children)
 
     def _build(self, directory: Dir) -> None:
         if isinstance(directory, ZarrDir):
@@ -241,24 +250,27 @@ class Layout(Contents):
         pairs = self.places.pairs(container)
         base = self.places.block(container)
         entries: dict[str, Node] = {}
-        kids: list[Node] = []
+        kids: Sequence[Node] = []
         if directory is self.root:
             # /.zarr is found by its path but not listed: find, du and cp -r would walk the tree twice.
             entries[CONTROL_DIR] = self.control
             if "zarr" in self.view_names:
                 entries[ZARR_DIR] = self.zarr_root
             directory.head = [self.control]
-        names = listed_names(self.places, directory, self.boxed and directory is self.root)
+        boxed = self.boxed and directory is self.root
+        names = listed_names(self.places, directory, boxed)
         made = directory.made or {}
         values = [child for _, child in pairs]
-        if not made and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
-            kids = tensor_nodes(directory, pairs, names, base, SLOTS, self.places.firsts_in(container, values))
-            entries.update(zip(names, kids))
-        for position, (key, child) in enumerate(pairs if not kids else ()):
-            name = names[position]
-            node = made.get(position) or self._node(directory, position, key, child, name, base + SLOTS * position)
-            entries[name] = node
-            kids.append(node)
+        if not made and not boxed and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
+            kids = TensorChildren(directory, pairs, pairs.values if isinstance(pairs, DictPairs) else values, names, base,
+                                  self.places.firsts_in(container, values))
+        else:
+            kids = []
+            for position, (key, child) in enumerate(pairs):
+                name = names[position]
+                node = made.get(position) or self._node(directory, position, key, child, name, base + SLOTS * position)
+                entries[name] = node
+                kids.append(node)
         if self._has_safetensors(directory):
             bundle = entries[SAFETENSORS_NAME] = self._bundle(directory)
             directory.tail = [bundle]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from array import array
 from operator import itemgetter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, overload
 
 from ckptfs.fs.views import View, data_sizes
 from ckptfs.model.records import Key, Tensor
@@ -113,8 +113,8 @@ class Dir(Node):
         view's slot (0: the child itself)."""
         self.tail: list[Node] = []
         """Listed last (``model.safetensors``)."""
-        self.children: list[Node] = []
-        """One node per child of the container, by position."""
+        self.children: Sequence[Node] = []
+        """One node per child of the container, by position (``TensorChildren``: made when asked for)."""
         self.made: dict[int, Node] | None = None
         """Before ``entries`` are made: the children looked up one at a time, by position (``model.safetensors`` at
         -1), kept so that the full build reuses them (one node per entry whichever comes first)."""
@@ -138,7 +138,9 @@ class Dir(Node):
         head, plan, children = self.head[start:stop], self.plan, self.children
         names, inos, kinds = [n.name for n in head], [n.ino for n in head], [n.kind for n in head]
         start, stop = max(start - len(self.head), 0), max(stop - len(self.head), 0)
-        for code in plan[start:stop]:
+        if isinstance(children, TensorChildren):
+            children.columns(plan[start:stop], by_slot, names, inos, kinds)
+        for code in plan[start:stop] if not isinstance(children, TensorChildren) else ():
             child = children[code >> SLOT_BITS]
             slot = code & ((1 << SLOT_BITS) - 1)
             names.append(child.name + by_slot[slot].suffix if slot else child.name)  # type: ignore[union-attr]
@@ -162,6 +164,9 @@ class Dir(Node):
             where = np.flatnonzero(slots == slot)
             if not len(where):
                 continue
+            if isinstance(self.children, TensorChildren):
+                found[where] = self.children.sizes(positions[where].tolist(), view, size)
+                continue
             nodes = _pick(self.children, positions[where].tolist())
             files = [node for node in nodes if node.kind is Kind.TENSOR]
             if view is None:  # the children themselves
@@ -177,16 +182,63 @@ class Dir(Node):
         return sizes + found.tolist() + [size(node) for node in tail]
 
 
-def tensor_nodes(directory: Dir, pairs: list[tuple[Key, Any]], names: list[str], base: int, slots: int,
-                 firsts: list[bool]) -> list[Node]:
-    """The nodes of a container's children when all are tensors: each a file where it is first met (``firsts``),
-    else a link; made in one pass (``Layout._node`` of each, without its checks)."""
-    file, link = Kind.TENSOR, Kind.LINK
-    return [Node(base + slots * position, file if first else link, name, directory, key, child)
-            for position, ((key, child), name, first) in enumerate(zip(pairs, names, firsts))]
+class TensorChildren(Sequence[Node]):
+    """The nodes of a container's children when all are tensors, each made when asked for and not kept: a file where
+    it is first met (``firsts``), else a link (``Layout._node`` of each, without its checks). A state dict's
+    directory holds 200,000: its names, pairs and a byte per child are all it keeps."""
+
+    __slots__ = ("base", "directory", "firsts", "names", "pairs", "values")
+
+    def __init__(self, directory: Dir, pairs: Sequence[tuple[Key, Any]], values: list[Any], names: list[str],
+                 base: int, firsts: list[bool]) -> None:
+        self.directory, self.pairs, self.values, self.names, self.base = directory, pairs, values, names, base
+        self.firsts = bytes(firsts)
+
+    @overload
+    def __getitem__(self, position: int) -> Node: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[Node]: ...
+
+    def __getitem__(self, position: int | slice) -> Node | list[Node]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self.names)))]
+        if position < 0:
+            position += len(self.names)
+        key, child = self.pairs[position]
+        kind = Kind.TENSOR if self.firsts[position] else Kind.LINK
+        return Node(self.base + (position << SLOT_BITS), kind, self.names[position], self.directory, key, child)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def sizes(self, positions: list[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
+        """``Dir.listed_sizes``' sizes of the children at ``positions`` (``view``: of that view of each), a node made
+        only for a link (its size is its target's path's length)."""
+        firsts, values = self.firsts, self.values
+        files = [values[position] for position in positions if firsts[position]]
+        made = iter(data_sizes(files) if view is None else view.sizes(files))
+        suffix_length = 0 if view is None else len(view.suffix.encode("utf-8"))
+        return [next(made) if firsts[position] else size(self[position]) + suffix_length for position in positions]
+
+    def columns(self, codes: Sequence[int], by_slot: list[View | None], names: list[str], inos: list[int],
+                kinds: list[Kind]) -> None:
+        """``Dir.listed_columns`` of the entries ``codes`` of the plan, appended to ``names``, ``inos`` and ``kinds``,
+        without a node."""
+        own, firsts, base = self.names, self.firsts, self.base
+        for code in codes:
+            position, slot = code >> SLOT_BITS, code & _SLOT_MASK
+            first = firsts[position]
+            if slot:
+                names.append(own[position] + by_slot[slot].suffix)  # type: ignore[union-attr]
+                kinds.append(Kind.VIEW if first else Kind.VIEW_LINK)
+            else:
+                names.append(own[position])
+                kinds.append(Kind.TENSOR if first else Kind.LINK)
+            inos.append(base + code)
 
 
-def _pick(items: list[Node], positions: list[int]) -> list[Node]:
+def _pick(items: Sequence[Node], positions: list[int]) -> list[Node]:
     """``[items[p] for p in positions]``, the loop in C."""
     if len(positions) == 1:
         return [items[positions[0]]]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
 from operator import eq
-from typing import Any
+from typing import Any, overload
 
 from ckptfs.fs.nest import Group, nested
 from ckptfs.model.records import Key, Tensor
@@ -24,7 +25,8 @@ POSITION_BITS = 32
 class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
-    __slots__ = ("nest", "_containers", "_first", "_pairs", "_block", "_holding_tensors", "_starts", "_slots")
+    __slots__ = ("nest", "_containers", "_first", "_tensor_first", "_pairs", "_block", "_holding_tensors", "_starts",
+                 "_slots")
 
     def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
@@ -33,18 +35,20 @@ class Places:
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
-        """Each tensor's and container's first place, packed, by its id."""
-        self._pairs: dict[int, list[tuple[Key, Any]]] = {}
+        """Each container's first place, packed, by its id."""
+        self._tensor_first: dict[Tensor, int] = {}
+        """Each tensor's first place, packed, by the tensor (a record hashed by its identity: no int per key)."""
+        self._pairs: dict[int, Sequence[tuple[Key, Any]]] = {}
         self._block: dict[int, int] = {}
         self._holding_tensors: set[int] = set()
-        """The root's children with a tensor below them (at its first place)."""
+        """The root's children holding a tensor (at its first place), by id: containers only (no tensor is asked)."""
         self._starts = array("Q")
         """Each container's first inode number, by number: blocks are handed out in that order."""
         self._slots = slots
         self._walk(top, first_block, slots)
 
     def _walk(self, top: Any, next_block: int, slots: int) -> None:
-        containers, first, kids, block = self._containers, self._first, self._pairs, self._block
+        containers, kids, block = self._containers, self._pairs, self._block
         containers.append(None)
         starts = self._starts
         starts.append(0)
@@ -52,46 +56,52 @@ class Places:
         stack: list[tuple[Any, int, int, Any]] = [(top, 0, 0, None)]
         while stack:
             value, parent, position, branch = stack.pop()
-            if id(value) in first:
+            is_tensor = isinstance(value, Tensor)
+            first: dict[Any, int] = self._tensor_first if is_tensor else self._first  # type: ignore[assignment]
+            key = value if is_tensor else id(value)
+            if key in first:
                 continue
-            first[id(value)] = parent << POSITION_BITS | position
+            first[key] = parent << POSITION_BITS | position
             if not holds(value):
-                if branch is not None:
+                if branch is not None and branch is not value:
                     self._holding_tensors.add(id(branch))
                 continue
             number = len(containers)
             containers.append(value)
-            pairs = value.pairs if isinstance(value, Group) else children(value)
-            if self.nest and isinstance(value, dict):
-                pairs = nested(pairs)
+            pairs: Sequence[tuple[Key, Any]]
+            if isinstance(value, Group):
+                pairs = value.pairs
+            elif type(value) is dict and not self.nest:
+                pairs = DictPairs(value)
+            else:
+                pairs = nested(children(value)) if self.nest and isinstance(value, dict) else children(value)
             kids[id(value)] = pairs
             block[id(value)] = next_block
             starts.append(next_block)
             next_block += slots * len(pairs)
-            values = [child for _, child in pairs]
+            values = pairs.values if isinstance(pairs, DictPairs) else [child for _, child in pairs]
             if not any(map(holds, values)):
                 self._leaves(values, number, branch)
                 continue
             for index in range(len(pairs) - 1, -1, -1):
-                child = pairs[index][1]
-                if (isinstance(child, Tensor) or holds(child)) and id(child) not in first:
+                child = values[index]
+                if (child not in self._tensor_first if isinstance(child, Tensor)
+                        else holds(child) and id(child) not in self._first):
                     stack.append((child, number, index, child if number == 1 else branch))
 
     def _leaves(self, values: list[Any], number: int, branch: Any) -> None:
         """``_walk`` for the children of container ``number`` when none is a container: they are met next, in order,
         so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000)."""
         base = number << POSITION_BITS
-        found = {id(value): base | index for index, value in reversed(list(enumerate(values)))
+        found = {value: base | index for index, value in reversed(list(enumerate(values)))
                  if isinstance(value, Tensor)}
-        for seen in found.keys() & self._first.keys():
+        for seen in found.keys() & self._tensor_first.keys():
             del found[seen]
-        self._first.update(found)
-        if number == 1:  # a child of the root is its own branch
-            self._holding_tensors.update(found)
-        elif found and branch is not None:
+        self._tensor_first.update(found)
+        if found and branch is not None:
             self._holding_tensors.add(id(branch))
 
-    def pairs(self, container: Any) -> list[tuple[Key, Any]]:
+    def pairs(self, container: Any) -> Sequence[tuple[Key, Any]]:
         return self._pairs[id(container)]
 
     def block(self, container: Any) -> int:
@@ -109,7 +119,7 @@ class Places:
 
     def first_place(self, value: Any) -> tuple[Any, int]:
         """The container holding a tensor or container where it is first met, and its position there."""
-        packed = self._first[id(value)]
+        packed = self._tensor_first[value] if isinstance(value, Tensor) else self._first[id(value)]
         return self._containers[packed >> POSITION_BITS], packed & ((1 << POSITION_BITS) - 1)
 
     def is_first_place(self, child: Any, container: Any, position: int) -> bool:
@@ -123,7 +133,7 @@ class Places:
         while self._containers[number] is not container:  # empty containers before it start where it does
             number += 1
         base = number << POSITION_BITS
-        return list(map(eq, map(self._first.__getitem__, map(id, values)), range(base, base + len(values))))
+        return list(map(eq, map(self._tensor_first.__getitem__, values), range(base, base + len(values))))
 
     def holds_tensors(self, top_child: Any) -> bool:
         """Whether a child of the root has a tensor below it at its first place."""
@@ -133,3 +143,31 @@ class Places:
 def holds(value: Any) -> bool:
     """A container of the tree, or a directory made by ``--nest``."""
     return is_container(value) or isinstance(value, Group)
+
+
+class DictPairs(Sequence[tuple[Key, Any]]):
+    """A dict's ``(key, child)`` pairs (``tree.children``'), as its keys and values in two lists: a pair is made when
+    asked for, where a list of pairs holds a tuple per child (a state dict holds 200,000)."""
+
+    __slots__ = ("keys", "values")
+
+    def __init__(self, container: dict[Key, Any]) -> None:
+        self.keys = list(container)
+        self.values = list(container.values())
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Key, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Key, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Key, Any] | list[tuple[Key, Any]]:
+        if isinstance(index, slice):
+            return list(zip(self.keys[index], self.values[index]))
+        return self.keys[index], self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[tuple[Key, Any]]:
+        return zip(self.keys, self.values)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import struct
 from operator import attrgetter
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
@@ -55,7 +55,7 @@ class LeftOut(NamedTuple):
 class Tree(NamedTuple):
     """What the member walk reads of a ``Layout``."""
 
-    children: Callable[[Any], list[tuple[Key, Any]]]
+    children: Callable[[Any], Sequence[tuple[Key, Any]]]
     """A container's ``(key, child)`` pairs."""
     is_first_place: Callable[[Any, Any, int], bool]
     """Whether ``(child, container, position)`` is the child's first place."""
@@ -106,7 +106,7 @@ BULK_MEMBERS = 64
 """Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
 
 
-def _all_members(pairs: list[tuple[Key, Any]], prefix: str, found: Members, seen: set[str]) -> bool:
+def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, seen: set[str]) -> bool:
     """Adds the children as members when every one is a tensor safetensors holds under a str key (a state dict's
     every container), checked a column at a time (the loop in C); False (nothing added) for any other, which is
     then walked a child at a time."""

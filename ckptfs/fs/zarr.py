@@ -23,6 +23,7 @@ symlink to its first place, as in the mount; other values are not shown.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ckptfs.fs.nodes import Dir, Kind, Node
@@ -181,7 +182,7 @@ def document(node: Node) -> bytes:
     return array_document(node.value, chunk_rows(node.value, node.parent.chunk_bytes))
 
 
-def mirror_entries(directory: ZarrDir, children: list[Node]) -> list[Node]:
+def mirror_entries(directory: ZarrDir, children: Sequence[Node]) -> list[Node]:
     """The entries of a ``/.zarr`` directory, from the children of the mount directory it mirrors (a group) or
     from its tensor (an array)."""
     base = ZARR_INO + 4 * directory.mirrors.ino

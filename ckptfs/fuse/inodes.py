@@ -272,7 +272,7 @@ class InodeFS(CheckpointFS):
         if len(stored) >= STORED_DIRECTORIES:
             stored.clear()
         if not done:  # first seen: a directory with no value (of tensors, say) is passed over at once
-            done = 2 if any(child.kind is Kind.VALUE for child in self.layout.children(directory)) else STORE_FILES
+            done = 2 if self.layout.has_values(directory) else STORE_FILES
         stop = stored[directory.ino] = max(min(offset, STORE_FILES), done)
         if stop <= done:
             return

@@ -315,3 +315,31 @@ def test_empty_storage_met_under_two_dtypes_and_the_offsets_after_it(tmp_path: P
             assert storage.offset == offsets[record]
         for key, tensor in values.items():
             assert ck.read(ck.tensor((key,))) == tensor.numpy().tobytes()
+
+
+@pytest.mark.parametrize("name", ["r1_views_containers", "r5_scripted", "r9_no_crc", "r9_align4096"])
+def test_records_kept_after_opening_are_the_directory_s(corpus: dict[str, CorpusFile], name: str) -> None:
+    """After opening, each storage's record (kept as a row, made when asked for) and every other record have the
+    central directory's fields and their local header's data offset; a name no record has is not found."""
+    path = corpus[name].path
+    offsets = local_data_offsets(path)
+    with zipfile.ZipFile(path) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+    with ckptfs.open(path) as ck:
+        records = ck._reader.parsed.archive.entries  # type: ignore[attr-defined]
+        names = [f"{ck.details['archive_prefix']}/{storage.record}" for storage in ck.storages]
+        others = [n for n in infos if n not in names and (n.endswith(".pkl") or n.endswith("version"))]
+        assert names and others
+        for record in names + others:
+            info, made, kept = infos[record], records.get(record), records[record]
+            assert record in records
+            assert made is not kept or record in others
+            for entry in (made, kept):
+                assert (entry.name, entry.method, entry.compressed_size, entry.size, entry.header_offset,
+                        entry.crc) == (record, info.compress_type, info.compress_size, info.file_size,
+                                       info.header_offset, info.CRC)
+                assert entry.data_offset == offsets[record]
+            assert records[record] is kept
+        assert records.get(names[0] + "0") is None and names[0] + "0" not in records
+        with pytest.raises(KeyError):
+            records[names[0] + "0"]
