@@ -6,11 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from many_tensors import save_many
+from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 from remote_servers import Nginx, nginx  # noqa: F401  (fixture)
 
 import ckptfs.cache
 from mount.helpers import Mounter, run_cli
+
+pytestmark = pytest.mark.usefixtures("small_zips_cached")
 
 
 def files(mnt: Path) -> dict[str, bytes]:
