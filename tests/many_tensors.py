@@ -24,8 +24,8 @@ def save_many(path: Path, count: int) -> Path:
 
 @pytest.fixture
 def small_zips_cached() -> Iterator[None]:
-    """Commands the test runs parse on the reference path, where a zip of ``MIN_TENSORS`` is cached: with the
-    compiled scanner, zips are cached only from ``ckptfs.cache.MIN_TENSORS_SCANNED`` tensors on."""
+    """Commands the test runs parse on the reference path, where a local zip of ``MIN_TENSORS`` is cached: with
+    the compiled scanner, local zips are cached only from ``ckptfs.cache.MIN_TENSORS_SCANNED`` tensors on."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CKPTFS_PICKLE_COMPILED", "0")
         yield

@@ -156,8 +156,8 @@ def test_many_tensors_are_cached_by_default(tmp_path: Path, monkeypatch: pytest.
 
 @pytest.mark.skipif(cscan.LIBRARY is None, reason="the compiled scanner is not built")
 def test_zips_the_compiled_scanner_reads_are_cached_from_more_tensors(tmp_path: Path) -> None:
-    assert ckptfs.cache.min_tensors("zip") == ckptfs.cache.MIN_TENSORS_SCANNED["zip"] > ckptfs.cache.MIN_TENSORS
-    assert ckptfs.cache.min_tensors("legacy") == ckptfs.cache.MIN_TENSORS
+    assert ckptfs.cache.min_tensors("zip", True) == ckptfs.cache.MIN_TENSORS_SCANNED["zip"] > ckptfs.cache.MIN_TENSORS
+    assert ckptfs.cache.min_tensors("zip", False) == ckptfs.cache.min_tensors("legacy", True) == ckptfs.cache.MIN_TENSORS
     path = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS)
     with open_checkpoint(path, cache_dir=tmp_path / "cache") as parsed:
         assert len(parsed.tensors) == ckptfs.cache.MIN_TENSORS
