@@ -3,8 +3,8 @@ shape of checkpoint the metadata cache is for (``ckptfs.cache.MIN_TENSORS`` and 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
