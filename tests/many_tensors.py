@@ -3,8 +3,10 @@ shape of checkpoint the metadata cache is for (``ckptfs.cache.MIN_TENSORS`` and 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int8)
@@ -18,3 +20,12 @@ def save_many(path: Path, count: int) -> Path:
         state[f"model.layers.{i // 48}.mlp.experts.{i // 3 % 16}.w{i % 3 + 1}.weight"] = values.to(DTYPES[i % 4])
     torch.save(state, path)
     return path
+
+
+@pytest.fixture
+def small_zips_cached() -> Iterator[None]:
+    """Commands the test runs parse on the reference path, where a local zip of ``MIN_TENSORS`` is cached: with
+    the compiled scanner, local zips are cached only from ``ckptfs.cache.MIN_TENSORS_SCANNED`` tensors on."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CKPTFS_PICKLE_COMPILED", "0")
+        yield

@@ -5,7 +5,7 @@ times; a remote object's URL and version; a directory's and each of its files'),
 and the ``Limits`` in force; any change is a miss (``source_keys``). It holds flat tables (no pickle), read
 back with every size bounded and every value checked; a bad entry is removed and the checkpoint parsed.
 Cached: torch.save zip, TorchScript, legacy, ``.pt2`` checkpoints and torch.distributed.checkpoint directories
-with ``MIN_TENSORS`` tensors or more (``MIN_TENSORS_BY_FORMAT``), local or at URLs whose store names the
+with ``MIN_TENSORS`` tensors or more (``min_tensors``: more for some formats), local or at URLs whose store names the
 object's version (ETag, generation, version id).
 """
 
@@ -21,13 +21,19 @@ from ckptfs.errors import CkptfsError
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
-from ckptfs.sources import ByteSource
+from ckptfs.pickle import cscan, unpickler
+from ckptfs.sources import ByteSource, LocalFileSource
 
 MIN_TENSORS = 100
 """Below this, a parse takes a few milliseconds and an entry saves one or two (measured: docs/cli.md)."""
 MIN_TENSORS_BY_FORMAT = {"pt2": 10_000}
 """Formats whose parse is cheaper per tensor: a ``.pt2``'s JSON configs parse at ~40 µs a tensor, and reading
 an entry costs numpy's import first (~0.15 s), so below this an entry saves nothing (measured: docs/cli.md)."""
+MIN_TENSORS_SCANNED = {"zip": 50_000}
+"""The same for local files of formats the compiled scanner (``pickle.cscan``) parses when it is active: a
+torch.save zip's parse then costs little more per tensor than an entry's reading, which costs numpy's import
+first; below this an entry is slower than the parse (measured: scripts/bench_lib/README.md, issue 24). A remote
+object's entry also saves the requests its parse makes, so it keeps ``MIN_TENSORS``."""
 
 
 class MetadataCache:
@@ -52,7 +58,7 @@ class MetadataCache:
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
-        if tensors < max(MIN_TENSORS, MIN_TENSORS_BY_FORMAT.get(parsed.format, 0)):
+        if tensors < min_tensors(parsed.format, type(source) is LocalFileSource):
             return
         from ckptfs.cache.parsed_codec import CACHED_FORMATS
 
@@ -68,6 +74,13 @@ class MetadataCache:
         key = source_key(source, limits)
         if key is not None:
             self.store.discard(key)
+
+
+def min_tensors(fmt: str, local: bool) -> int:
+    """The fewest tensors a checkpoint of format ``fmt`` (in a ``local`` file, or not) is cached with, on the parse
+    path now active."""
+    scanning = local and cscan.LIBRARY is not None and cscan.ENABLED and unpickler.FAST_PATHS
+    return max(MIN_TENSORS, MIN_TENSORS_BY_FORMAT.get(fmt, 0), MIN_TENSORS_SCANNED.get(fmt, 0) if scanning else 0)
 
 
 def encode_parse(source: ByteSource, limits: Limits, parsed: ParsedCheckpoint) -> bytes | None:

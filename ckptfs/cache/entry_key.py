@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Raised whenever what an entry holds, or how, changes: an entry of another version is a miss."""
 
 

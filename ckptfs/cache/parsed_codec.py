@@ -129,7 +129,7 @@ class _Entries(dict):  # type: ignore[type-arg]
         bad = in_source & ~embedded & (
             (header < 0) | (gap < LOCAL_HEADER.size) | (gap > LOCAL_HEADER.size + 3 * U16)
             | (csize < 0) | (csize > cd_offset - data_offset)
-            | ~np.isin(method, (STORED, DEFLATED)) | (compressed != (method == DEFLATED))
+            | ((method != STORED) & (method != DEFLATED)) | (compressed != (method == DEFLATED))
             | ((method == STORED) & (csize != size)))
         bad |= embedded & (compressed | (size > cd_offset - data_offset))
         if len(storages) and bool(np.any(bad)):

@@ -168,7 +168,7 @@ def _checked_dims(dims: np.ndarray, ndim: np.ndarray, offset: np.ndarray, dtype_
     strides: list[tuple[int, ...]] = []
     sorted_ndim = ndim[order]
     itemsize, packing = ITEMSIZES[dtype_codes], PACKINGS[dtype_codes]
-    for rank in np.unique(ndim).tolist():
+    for rank in np.flatnonzero(np.bincount(ndim)).tolist():  # np.unique would import numpy.ma
         members = order[sorted_ndim == rank]
         matrix = dims[starts[members][:, None] + np.arange(2 * rank)]
         shape, stride = matrix[:, :rank], matrix[:, rank:]

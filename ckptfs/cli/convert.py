@@ -21,9 +21,8 @@ import errno
 import os
 import shutil
 import sys
-import zipfile
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import TYPE_CHECKING, BinaryIO, Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.cli.interrupts import ignore_interrupts
@@ -34,10 +33,10 @@ from ckptfs.fs.pieces import Piece, SourceBytes, piece_bytes
 from ckptfs.fs.safetensors import SAFETENSORS_NAME, key_name
 from ckptfs.gc_pause import gc_paused
 from ckptfs.output_files import partial_file, writing
-from ckptfs.saving import save_torch
-from ckptfs.saving.output import CHUNK, kernel_copies
-from ckptfs.saving.torch_save import TorchArchive
 from ckptfs.sources import is_url
+
+if TYPE_CHECKING:
+    from ckptfs.saving.torch_save import TorchArchive
 
 FORMATS = ("pt", "safetensors", "npz", "dir")
 SUFFIXES = {".pt": "pt", ".pth": "pt", ".safetensors": "safetensors", ".npz": "npz"}
@@ -75,6 +74,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise OutputError(f"{out}: already exists")
     # An absolute path, as a mount names it: model.safetensors' "source" says where the tensors came from.
     source = args.file if is_url(args.file) else os.path.abspath(args.file)
+    # imported here, as in write_pieces and write_npz: the other commands (a mount's start) go without them
+    from ckptfs.saving import save_torch
+
     with gc_paused(), open_checkpoint(source, args.limits) as ck:
         if kind == "pt":
             for name, reason in save_torch(ck, out, ignore_interrupts):
@@ -98,6 +100,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def write_pieces(stream: BinaryIO, pieces: list[Piece], ck: Checkpoint, copied: Copied) -> None:
     """The pieces' bytes to ``stream``, a chunk at a time."""
+    from ckptfs.saving.output import CHUNK, kernel_copies
+
     copies = kernel_copies()
     for piece in pieces:
         start = 0
@@ -136,6 +140,10 @@ def npy_files(layout: Layout) -> Iterator[tuple[Node, Node]]:
 
 def write_npz(stream: BinaryIO, layout: Layout) -> None:
     """An uncompressed ``.npz``: each tensor's ``.npy`` under its dotted key (``np.load(out)[key]``)."""
+    import zipfile
+
+    from ckptfs.saving.output import CHUNK
+
     ck = layout.checkpoint
     found = list(npy_files(layout))
     copied = Copied(sum(layout.size(npy) for _, npy in found))

@@ -4,8 +4,6 @@ their error."""
 
 from __future__ import annotations
 
-import difflib
-
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.cli.tree_places import Place, dotted_key, tree_places
 from ckptfs.counts import counted
@@ -53,6 +51,8 @@ def _file(layout: Layout, name: str) -> Node | None:
 
 def near_matches(name: str, every: list[Place]) -> str:
     """``; nearest: a, b`` (files for a name with a ``/``, else keys), or nothing when none is near."""
+    import difflib  # here: only a name not found needs it
+
     candidates = sorted({place.file if "/" in name else dotted_key(place.keys) for place in every[:MAX_COMPARED]})
     near = difflib.get_close_matches(name, candidates, n=NEAR_MATCHES, cutoff=0.6)
     return f"; nearest: {', '.join(near)}" if near else ""

@@ -14,4 +14,5 @@ import ckptfs.cache
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS", 0)
     monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS_BY_FORMAT", {})
+    monkeypatch.setattr(ckptfs.cache, "MIN_TENSORS_SCANNED", {})
     return tmp_path / "cache"

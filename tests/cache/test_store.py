@@ -21,6 +21,7 @@ from ckptfs.cache.entry_file import decode_entry, encode_entry
 from ckptfs.cache.store import TEMP_PREFIX, MetadataStore
 from ckptfs.checkpoint import open_checkpoint
 from ckptfs.limits import Limits
+from ckptfs.pickle import cscan
 
 from cache.helpers import entries
 
@@ -143,10 +144,21 @@ def test_concurrent_writers_never_show_a_partial_entry(tmp_path: Path) -> None:
     assert not [p for p in store.folder.iterdir() if p.name.startswith(TEMP_PREFIX)]
 
 
-def test_many_tensors_are_cached_by_default(tmp_path: Path) -> None:
+def test_many_tensors_are_cached_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cscan, "ENABLED", False)  # the compiled scanner's zips are cached from more tensors on
     path = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS)
     with open_checkpoint(path, cache_dir=tmp_path / "cache") as parsed:
         shapes = [(t.path, t.dtype.name, t.shape) for t in parsed.tensors]
     assert len(entries(tmp_path / "cache")) == 1
     with open_checkpoint(path, cache_dir=tmp_path / "cache") as cached:
         assert [(t.path, t.dtype.name, t.shape) for t in cached.tensors] == shapes
+
+
+@pytest.mark.skipif(cscan.LIBRARY is None, reason="the compiled scanner is not built")
+def test_zips_the_compiled_scanner_reads_are_cached_from_more_tensors(tmp_path: Path) -> None:
+    assert ckptfs.cache.min_tensors("zip", True) == ckptfs.cache.MIN_TENSORS_SCANNED["zip"] > ckptfs.cache.MIN_TENSORS
+    assert ckptfs.cache.min_tensors("zip", False) == ckptfs.cache.min_tensors("legacy", True) == ckptfs.cache.MIN_TENSORS
+    path = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS)
+    with open_checkpoint(path, cache_dir=tmp_path / "cache") as parsed:
+        assert len(parsed.tensors) == ckptfs.cache.MIN_TENSORS
+    assert entries(tmp_path / "cache") == []

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from many_tensors import save_many
+from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 
 import ckptfs.cache
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
+pytestmark = pytest.mark.usefixtures("small_zips_cached")
 
 
 @pytest.fixture(scope="module")

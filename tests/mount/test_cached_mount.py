@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from many_tensors import save_many
+from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 from remote_servers import Nginx, nginx  # noqa: F401  (fixture)
 
 import ckptfs.cache
@@ -22,6 +22,7 @@ def files(mnt: Path) -> dict[str, bytes]:
     return found
 
 
+@pytest.mark.usefixtures("small_zips_cached")
 def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path: Path) -> None:
     source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
     cache = tmp_path / "cache"
@@ -82,6 +83,7 @@ def test_an_unusable_cache_dir_is_one_warning_and_the_mount_goes_on(mounter: Mou
     assert files(mnt) == files(mounter(source, "--no-cache"))
 
 
+@pytest.mark.usefixtures("small_zips_cached")
 def test_mount_takes_the_cache_folder_as_an_option_too(mounter: Mounter, tmp_path: Path) -> None:
     source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
     mounter(source, "-o", f"cache_dir={tmp_path}/cache")

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 import torch
 from corpus import save_zip
-from many_tensors import save_many
+from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 
 import ckptfs.cache
 
@@ -63,6 +63,7 @@ def test_argv_as_mount8_passes_it(source: Path, mounter: Mounter, flags: tuple[s
     assert_mounted_read_only(mnt, source)
 
 
+@pytest.mark.usefixtures("small_zips_cached")
 @pytest.mark.parametrize("options", ["", "cache_dir=DIR", "nocache", "cache_dir=DIR,nocache"])
 def test_the_cache_folder_as_options_say(tmp_path: Path, mounter: Mounter, options: str) -> None:
     """The parse is cached as ckptfs mount caches it: in -o cache_dir=DIR, nowhere with -o nocache, else in the
