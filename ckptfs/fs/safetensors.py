@@ -29,6 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 from ckptfs.errors import LimitExceededError
 from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.nest import Group
+from ckptfs.fs.places import DictPairs
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.encoding import key_text
 from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths
@@ -112,7 +113,7 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     then walked a child at a time."""
     if len(pairs) < BULK_MEMBERS:
         return False
-    keys, tensors = map(list, zip(*pairs))
+    keys, tensors = (pairs.keys, pairs.values) if isinstance(pairs, DictPairs) else map(list, zip(*pairs))
     if set(map(type, tensors)) != {Tensor} or set(map(type, keys)) != {str}:
         return False
     names = [prefix + key for key in keys] if prefix else keys
