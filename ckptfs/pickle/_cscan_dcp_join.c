@@ -138,7 +138,10 @@ typedef struct {
                                               file (-1: a key set again later) */
 } joint;
 
-static hkey stored_key(const int64_t *st) { return (hkey){st[0], st[1], st[2] < 0 ? 0 : st[2], st[2] < 0 ? -1 : st[3]}; }
+/* A storage_data row's key: its FQN and its offsets (None: rank -1). */
+static hkey stored_key(const int64_t *st) {
+    return (hkey){st[0], st[1], st[2] < 0 ? 0 : st[2], st[2] < 0 ? -1 : st[3]};
+}
 
 /* Each item's planner and storage rows: 1, or 0 (given up: the names are not unique, or too many probes). */
 static int match(scanner *s, joint *j, int64_t n_items, int64_t n_planner, int64_t n_storage) {
@@ -194,7 +197,8 @@ static int match(scanner *s, joint *j, int64_t n_items, int64_t n_planner, int64
     return 1;
 }
 
-/* The direct rows (see _cscan.h): 1 when made, 0 when given up, -1 when memory ran out. */
+/* The direct rows (see _cscan.h): 1 when made, 0 when given up (memory running out in a table too), -1 when
+ * memory ran out for the rows. */
 static int join(scanner *s, joint *j) {
     const int64_t *items = I64(s->out[CS_DCP_ITEMS]), *tensors = I64(s->out[CS_DCP_TENSORS]),
                   *chunks = I64(s->out[CS_DCP_CHUNKS]), *planner = I64(s->out[CS_DCP_PLANNER]),
