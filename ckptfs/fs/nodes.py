@@ -149,37 +149,62 @@ class Dir(Node):
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]
 
-    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
+    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int],
+                     bulk: bool = True) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
-        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
-        import numpy as np  # here: a command line that lists no big directory starts without it
-
+        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix).
+        ``bulk``: the entries grouped by view with numpy, else in Python (``fs.layout.BULK_TENSORS``)."""
         plan = self.plan
         sizes = [size(node) for node in self.head[start:stop]]
         first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)
+        found = (self._sizes_grouped_by_numpy if bulk else self._sizes_grouped)(first, last, by_slot, size)
+        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return sizes + found + [size(node) for node in tail]
+
+    def _sizes_grouped_by_numpy(self, first: int, last: int, by_slot: list[View | None],
+                                size: Callable[[Node], int]) -> list[int]:
+        import numpy as np  # here: a command line that lists no big directory starts without it
+
+        plan = self.plan
         codes = np.frombuffer(plan, dtype=f"u{plan.itemsize}")[first:last]
         found = np.zeros(len(codes), dtype=object)  # Python ints: sizes are not bounded by int64
         slots, positions = codes & _SLOT_MASK, codes >> SLOT_BITS
         for slot, view in enumerate(by_slot):
             where = np.flatnonzero(slots == slot)
-            if not len(where):
-                continue
-            if isinstance(self.children, TensorChildren):
-                found[where] = self.children.sizes(positions[where].tolist(), view, size)
-                continue
-            nodes = _pick(self.children, positions[where].tolist())
-            files = [node for node in nodes if node.kind is Kind.TENSOR]
-            if view is None:  # the children themselves
-                unknown = [node for node in files if node.size < 0]
-                for node, nbytes in zip(unknown, data_sizes([node.value for node in unknown])):
-                    node.size = nbytes
-                found[where] = [node.size if node.size >= 0 else size(node) for node in nodes]
-                continue
-            made = iter(view.sizes([node.value for node in files]))
-            suffix_length = len(view.suffix.encode("utf-8"))
-            found[where] = [next(made) if node.kind is Kind.TENSOR else size(node) + suffix_length for node in nodes]
-        tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
-        return sizes + found.tolist() + [size(node) for node in tail]
+            if len(where):
+                found[where] = self._slot_sizes(positions[where].tolist(), view, size)
+        return found.tolist()  # type: ignore[no-any-return]
+
+    def _sizes_grouped(self, first: int, last: int, by_slot: list[View | None],
+                       size: Callable[[Node], int]) -> list[int]:
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        codes = self.plan[first:last]
+        for index, code in enumerate(codes):
+            group = groups.get(code & _SLOT_MASK)
+            if group is None:
+                group = groups[code & _SLOT_MASK] = ([], [])
+            group[0].append(index)
+            group[1].append(code >> SLOT_BITS)
+        found = [0] * len(codes)
+        for slot, (where, positions) in sorted(groups.items()):
+            for index, made in zip(where, self._slot_sizes(positions, by_slot[slot], size)):
+                found[index] = made
+        return found
+
+    def _slot_sizes(self, positions: list[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
+        """The sizes of the children at ``positions`` (``view``: of that view of each)."""
+        if isinstance(self.children, TensorChildren):
+            return self.children.sizes(positions, view, size)
+        nodes = _pick(self.children, positions)
+        files = [node for node in nodes if node.kind is Kind.TENSOR]
+        if view is None:  # the children themselves
+            unknown = [node for node in files if node.size < 0]
+            for node, nbytes in zip(unknown, data_sizes([node.value for node in unknown])):
+                node.size = nbytes
+            return [node.size if node.size >= 0 else size(node) for node in nodes]
+        made = iter(view.sizes([node.value for node in files]))
+        suffix_length = len(view.suffix.encode("utf-8"))
+        return [next(made) if node.kind is Kind.TENSOR else size(node) + suffix_length for node in nodes]
 
 
 class TensorChildren(Sequence[Node]):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import Counter
 from operator import attrgetter
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -206,7 +207,9 @@ class SafetensorsFile:
 
     __slots__ = ("names", "tensors", "size", "header_length", "_head", "_header")
 
-    def __init__(self, found: Members, left_out: list[LeftOut], source: str, max_bytes: int) -> None:
+    def __init__(self, found: Members, left_out: list[LeftOut], source: str, max_bytes: int,
+                 bulk: bool = True) -> None:
+        """``bulk``: the offsets' digits counted with numpy (``fs.layout.BULK_TENSORS``), else in Python."""
         self.names, self.tensors = _by_itemsize(found)
         # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
         # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
@@ -215,7 +218,7 @@ class SafetensorsFile:
             "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}
         self._head = f'{{"{METADATA_KEY}":{json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))}'
         self._header: bytes | None = None
-        members_length, data_length = self._members_length()
+        members_length, data_length = self._members_length(bulk)
         length = len(self._head.encode("utf-8")) + members_length + len("}")
         limit = min(max_bytes, MAX_HEADER_BYTES)
         if length > limit:
@@ -224,10 +227,8 @@ class SafetensorsFile:
         """The header's bytes: its length's 8, the JSON text, the padding."""
         self.size = self.header_length + data_length
 
-    def _members_length(self) -> tuple[int, int]:
+    def _members_length(self, bulk: bool) -> tuple[int, int]:
         """The length in bytes of the members' entries in the header (``_MEMBER``s), and of their data."""
-        import numpy as np  # here: a command line that makes no model.safetensors starts without it
-
         # Members of one dtype and shape (a family) have entries as long but for their names and offsets.
         families: dict[tuple[str, tuple[int, ...]], int] = {}
         firsts: list[Tensor] = []
@@ -241,15 +242,17 @@ class SafetensorsFile:
             ids.append(family)
         texts = [len(DTYPE_NAMES[t.dtype.name]) + len(",".join(map(str, _safetensors_shape(t)))) for t in firsts]
         nbytes = [tensor.nbytes for tensor in firsts]
-        family_of = np.array(ids, dtype=np.intp)
-        counts = np.bincount(family_of, minlength=len(firsts)).tolist()
+        counted = Counter(ids)
+        counts = [counted[family] for family in range(len(firsts))]
         # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
         names = "".join(self.names)
         length = (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
         length += sum(text * count for text, count in zip(texts, counts))
         total = sum(size * count for size, count in zip(nbytes, counts))
-        if total < _NUMPY_SUMS:
-            sizes = np.array(nbytes, dtype=np.int64)[family_of]
+        if bulk and total < _NUMPY_SUMS:
+            import numpy as np  # here: a command line that makes no model.safetensors starts without it
+
+            sizes = np.array(nbytes, dtype=np.int64)[np.array(ids, dtype=np.intp)]
             ends = np.cumsum(sizes)
             length += _digit_count(ends - sizes) + _digit_count(ends)
         else:

@@ -87,10 +87,12 @@ class _Template:
 class SidecarMaker:
     """Sidecar bytes of tensors, one template per family (see the module docstring)."""
 
-    def __init__(self, paths: PathTexts | None = None, steady_written: bool = False) -> None:
+    def __init__(self, paths: PathTexts | None = None, steady_written: bool = False, bulk: bool = True) -> None:
+        """``bulk``: sizes counted with numpy (see ``fs.layout.BULK_TENSORS``), else in Python."""
         self._paths = paths or PathTexts(Limits().max_generated_bytes)
         self._templates: dict[tuple[Any, ...], _Template] = {}
         self._steady = steady_written
+        self._bulk = bulk
 
     def __call__(self, tensor: Tensor) -> bytes:
         path = self._paths.path_text(tensor.trail)
@@ -137,7 +139,7 @@ class SidecarMaker:
     def _template_of(self, family: tuple[Any, ...], tensor: Tensor) -> _Template:
         template = self._templates.get(family)
         if template is None:
-            template = self._templates[family] = _make_template(tensor, self._written_text)
+            template = self._templates[family] = _make_template(tensor, self._written_text, self._bulk)
         return template
 
     def _written_text(self, text: str) -> str:
@@ -152,10 +154,10 @@ def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
     return tensor_metadata(tensor, path=_PATH)
 
 
-def _make_template(tensor: Tensor, written_text: Callable[[str], str]) -> _Template:
+def _make_template(tensor: Tensor, written_text: Callable[[str], str], bulk: bool) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
     if tensor.storage is None:
-        text, varying, lengths = chunk_template(tensor, _PATH, written_text)
+        text, varying, lengths = chunk_template(tensor, _PATH, written_text, bulk)
         return _Template(text, varying, lengths, len(text.format(*[""] * (len(_VARYING) + 1))))
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
@@ -164,10 +166,10 @@ def _make_template(tensor: Tensor, written_text: Callable[[str], str]) -> _Templ
     text = written_text(dumps(meta)).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
     for field, name in enumerate(_VARYING, 1):
         text = text.replace(dumps(_marker(name)), f"{{{field}}}", 1)
-    return _Template(text, *_varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))
+    return _Template(text, *_varying_of_family(tensor, bulk), len(text.format(*[""] * (len(_VARYING) + 1))))
 
 
-def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
+def _varying_of_family(tensor: Tensor, bulk: bool) -> tuple[_Varying, _Lengths]:
     """The ``_VARYING`` texts of the tensor's family, and their lengths in bulk: whether its source is one range,
     and where in its storage that range is, is the family's."""
     assert tensor.storage is not None
@@ -186,7 +188,7 @@ def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
         storages: list[Storage] = [t.storage for t in tensors]  # type: ignore[misc]
         offsets = [s.offset for s in storages]
         keys, records = plain_lengths([s.key for s in storages]), plain_lengths([s.record for s in storages])
-        if keys is not None and records is not None and _decimal(offsets, delta, nbytes):
+        if bulk and keys is not None and records is not None and _decimal(offsets, delta, nbytes):
             import numpy as np  # here: a command line that lists no big directory starts without it
 
             starts = np.array(offsets, dtype=np.int64)

@@ -21,14 +21,17 @@ from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.views import VIEW_NAMES
 
 
-@pytest.fixture(params=["bulk", "small"], autouse=True)
+@pytest.fixture(params=["bulk", "bulk in Python", "small"], autouse=True)
 def bulk_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test twice: every directory's plan and sizes (sidecars' too) made in bulk, and small ones node by node
-    (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
-    if request.param == "bulk":
+    """Every test three times: every directory's plan and sizes (sidecars' too) made in bulk, counted with numpy
+    (checkpoints of ``BULK_TENSORS`` tensors or more) or in Python (fewer, as the test trees are), and small
+    directories node by node (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
+    if request.param.startswith("bulk"):
         monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.sidecar, "_BULK", 0)
+    if request.param == "bulk":
+        monkeypatch.setattr(ckptfs.fs.layout, "BULK_TENSORS", 0)
 
 
 def one_at_a_time(ck: Checkpoint, path: str, **options: Any) -> list[int]:
@@ -57,6 +60,7 @@ def check_every_directory(ck: Checkpoint, cuts: list[int] = [], **options: Any) 
         windows = zip(bounds, bounds[1:])
         bulk = [size for start, stop in windows for size in layout.listing_sizes(directory, start, stop)]
         assert bulk == one_at_a_time(ck, path, **options)
+        assert layout.listing_sizes(directory, 0, length + 7) == bulk  # a window past the end, as FUSE asks
         seen += length
         prefix = path.rstrip("/") + "/"
         stack.extend(prefix + node.name for node in layout.listing(directory) if node.kind is Kind.DIR)
