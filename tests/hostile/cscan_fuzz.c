@@ -174,6 +174,35 @@ static int dcp_rows_hold(const cs_dcp_result *r, int64_t len) {
     return 1;
 }
 
+/* Numbers and data offsets of accepted rows: each number's row names it, and a computed data offset leaves room
+ * for the local header before it and ends at or before the next record. */
+static int directory_columns_hold(const uint8_t *exact, const int64_t *rows, int64_t count, int64_t cd_offset,
+                                  int64_t in_order) {
+    int64_t *numbers = malloc((size_t)(count ? count : 1) * 3 * sizeof(int64_t));
+    if (!numbers) return 0;
+    int64_t *row_of = numbers + count, *offsets = numbers + 2 * count;
+    int ok = 1;
+    int64_t found = cs_directory_keys(exact, rows, count, numbers, row_of);
+    for (int64_t i = 0; ok && found >= 0 && i < count; i++) {
+        if (numbers[i] < -1 || numbers[i] >= count || (numbers[i] >= 0 && row_of[numbers[i]] != i))
+            ok = fail("directory numbers", i);
+        if (row_of[i] < -1 || row_of[i] >= count || (row_of[i] >= 0 && numbers[row_of[i]] != i))
+            ok = fail("directory rows of numbers", i);
+    }
+    static const int64_t alignments[] = {1, 64, 4096};
+    for (int a = 0; ok && in_order && a < 3; a++) {
+        cs_data_offsets(rows, count, cd_offset, alignments[a], offsets);
+        for (int64_t i = 0; ok && i < count; i++) {
+            const int64_t *r = rows + i * CS_DIRECTORY_FIELDS;
+            int64_t next = i + 1 < count ? r[CS_DIRECTORY_FIELDS + 6] : cd_offset;
+            if (offsets[i] != -1 && (offsets[i] < r[6] + 30 + r[1] || offsets[i] + r[4] > next))
+                ok = fail("directory data offset", i);
+        }
+    }
+    free(numbers);
+    return ok;
+}
+
 /* The directory reader on the input, with the entry count its signatures suggest (and one more): accepted rows
  * must lie inside the input and below cd_offset. */
 static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
@@ -194,6 +223,7 @@ static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
                     ok = fail("directory", i);
             }
             if (in_order != 0 && in_order != 1) ok = fail("directory order", 0);
+            if (ok) ok = directory_columns_hold(exact, rows, count, cd_offset, in_order);
         } else if (status != CS_REFUSED) {
             ok = fail("directory status", status);
         }
