@@ -84,7 +84,7 @@ class _StorageTable:
                 raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
             made, size, method, crc = entry, entry.size, entry.method, entry.crc
         else:
-            fields = rows.storage_fields(self.prefix + record)
+            fields = rows.storage_fields(self.directory, key)
             if fields is None:
                 raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
             made, size, method, crc = fields

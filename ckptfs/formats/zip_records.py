@@ -92,20 +92,29 @@ class ZipRecords(Mapping[str, ZipEntry]):
         """The row of the record named ``name``, or None."""
         data = self._data
         if name.startswith(data):
-            # Numbered as the scanner numbers: n in decimal without leading zeros, below the record count.
-            digits = name[len(data) :]
-            if (digits.isdigit() and digits.isascii() and len(digits) <= _MAX_DIGITS
-                    and (digits[0] != "0" or len(digits) == 1)):
-                number = int(digits)
-                if number < len(self._row_of_number):
-                    row = self._row_of_number[number]
-                    return row if row >= 0 else None
+            row = self._numbered_row(name[len(data) :])
+            if row is not None:
+                return row if row >= 0 else None
         return self._other_rows.get(name)
 
-    def storage_fields(self, name: str) -> tuple[int, int, int, int] | None:
-        """The row of the record named ``name`` and the size, method and CRC-32 the directory gives it, or None."""
-        row = self.row(name)
+    def _numbered_row(self, digits: str) -> int | None:
+        """The row numbered ``digits`` (-1: none), or None where the scanner numbers no name ending so (``n`` in
+        decimal without leading zeros, below the record count)."""
+        if (digits.isdigit() and digits.isascii() and len(digits) <= _MAX_DIGITS
+                and (digits[0] != "0" or len(digits) == 1)):
+            number = int(digits)
+            if number < len(self._row_of_number):
+                return self._row_of_number[number]
+        return None
+
+    def storage_fields(self, directory: str, key: str) -> tuple[int, int, int, int] | None:
+        """The row of storage ``key``'s record (``<prefix><directory>/<key>``) and the size, method and CRC-32 the
+        directory gives it, or None."""
+        # Once per storage (~200,000 for a large MoE): no name made for a record ``data/<n>``.
+        row = self._numbered_row(key) if directory == "data" else None
         if row is None:
+            row = self._other_rows.get(f"{self.first_prefix}{directory}/{key}", -1)
+        if row < 0:
             return None
         at, rows = row * _FIELDS, self._rows
         return row, rows[at + 5], rows[at + 2], rows[at + 7]
