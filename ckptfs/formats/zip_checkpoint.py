@@ -68,8 +68,9 @@ class _StorageTable:
             raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
         return self.storage(key, dtype, location, numel)
 
-    def storage(self, key: str, dtype: DType, location: str, numel: int) -> Storage:
-        """The storage a valid persistent id names (``zip_columns`` calls it with the scanner's checked ids)."""
+    def storage(self, key: str, dtype: DType, location: str, numel: int, number: int | None = None) -> Storage:
+        """The storage a valid persistent id names (``zip_columns`` calls it with the scanner's checked ids and the
+        key's number)."""
         storages = self.storages
         if key in storages:
             known = shared_storage(storages, key, dtype, numel)
@@ -84,7 +85,7 @@ class _StorageTable:
                 raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
             made, size, method, crc = entry, entry.size, entry.method, entry.crc
         else:
-            fields = rows.storage_fields(self.directory, key)
+            fields = rows.storage_fields(self.directory, key, number)
             if fields is None:
                 raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
             made, size, method, crc = fields

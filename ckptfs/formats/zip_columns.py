@@ -25,8 +25,8 @@ class _Refused(Exception):
     """The rows would not make what the reference makes."""
 
 
-MakeStorage = Callable[[str, DType, str, int], Storage]
-"""``_StorageTable.storage``: key, dtype, location, numel."""
+MakeStorage = Callable[[str, DType, str, int, int], Storage]
+"""``_StorageTable.storage``: key, dtype, location, numel, the key's number (-1: not decimal)."""
 
 
 def load(data: bytes, make_storage: MakeStorage, forget: Callable[[], None], limits: Limits) -> dict[str, Any] | None:
@@ -47,7 +47,7 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
     dtypes: dict[int, DType | None] = {}
     locations: dict[int, str] = {}
     storages = []
-    for class_at, class_length, key_at, key_length, location_at, location_length, numel, _ in cscan.rows(
+    for class_at, class_length, key_at, key_length, location_at, location_length, numel, number in cscan.rows(
             rows.storages, cscan.STORAGE_FIELDS):
         dtype = dtypes.get(class_at, _UNSEEN)
         if dtype is _UNSEEN:
@@ -58,7 +58,8 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
         location = locations.get(location_at)
         if location is None:
             location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
-        storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
+        storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel,
+                                     number))
     pool = rows.pool
     shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape or stride: less memory
     intern = shapes.setdefault

@@ -107,11 +107,16 @@ class ZipRecords(Mapping[str, ZipEntry]):
                 return self._row_of_number[number]
         return None
 
-    def storage_fields(self, directory: str, key: str) -> tuple[int, int, int, int] | None:
+    def storage_fields(self, directory: str, key: str, number: int | None = None) -> tuple[int, int, int, int] | None:
         """The row of storage ``key``'s record (``<prefix><directory>/<key>``) and the size, method and CRC-32 the
-        directory gives it, or None."""
+        directory gives it, or None; ``number``: the key's as the scanner reads it (-1: none), where known."""
         # Once per storage (~200,000 for a large MoE): no name made for a record ``data/<n>``.
-        row = self._numbered_row(key) if directory == "data" else None
+        row = None
+        if directory == "data":
+            if number is None:
+                row = self._numbered_row(key)
+            elif 0 <= number < len(self._row_of_number):
+                row = self._row_of_number[number]
         if row is None:
             row = self._other_rows.get(f"{self.first_prefix}{directory}/{key}", -1)
         if row < 0:

@@ -8,7 +8,8 @@
 
 /* Rows of int64, in the order the reference interpreter makes them:
  *   storages (8 per row, one per persistent load): class name offset, length, key offset, length, location
- *       offset, length, numel, 0
+ *       offset, length, numel, the key's number (its value where it is decimal without leading zeros, at most
+ *       18 digits; else -1)
  *   tensors (8 per row, one per _rebuild_tensor_v2 call): storage row, storage offset, size's pool offset, rank,
  *       stride's pool offset, requires_grad, whether it has elements, index of its last element
  *   items (3 per row, one per key and value set in the root dict): key offset, key length, tensor row

@@ -8,13 +8,14 @@ writes with names drawn around torch's ``<archive>/data/<n>`` pattern, and on to
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus import CorpusFile
+from corpus import CorpusFile, write_raw_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,8 @@ from ckptfs.formats.zip_archive import ZipArchive
 from ckptfs.formats.zip_records import ZipRecords
 from ckptfs.pickle import cscan
 from ckptfs.sources import BytesSource
-from hostile.checks import compiled_scanner
+from hostile.checks import compiled_scanner, three_paths
+from hostile.picklegen import dct, i, ints, pickle, s, storage_pid, tensor_v2
 
 pytestmark = pytest.mark.skipif(cscan.LIBRARY is None, reason="the compiled scanner is not built")
 
@@ -135,3 +137,49 @@ def test_torch_written_offsets_the_same_both_ways(corpus: dict[str, CorpusFile],
                 archive = ck._reader.parsed.archive  # type: ignore[attr-defined]
                 archive.check_local_header(entries[archive.prefix + storage.record])
     assert found[0] == found[1] and found[0]
+
+
+KEYS = ["0", "1", "7", "07", "00", "12", "x", "1e3", "99999999999999999999", "3 "]
+
+
+def _read_all(path: Path) -> Any:
+    """Each tensor's bytes and its storage's record and offset, or the error's type and message."""
+    try:
+        with ckptfs.open(path) as ck:
+            return [(t.storage.record, t.storage.offset, ck.read(t)) for t in ck.tensors]
+    except CkptfsError as exc:
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(KEYS[:-1]), min_size=1, max_size=6), st.sets(st.sampled_from(KEYS), max_size=10))
+def test_storage_keys_around_the_numbering_the_same_on_every_path(tmp_path: Path, keys: list[str],
+                                                                  recorded: set[str]) -> None:
+    """Storage keys the scanner numbers and keys it does not (leading zeros, too long, not decimal), with their
+    records written in torch's layout or missing: each path reads each tensor's own record's bytes, or fails
+    alike."""
+    data_pkl = pickle(dct(*((s(f"t{n}"), tensor_v2(storage_pid("FloatStorage", key, 2), i(0), ints(2), ints(1)))
+                            for n, key in enumerate(keys))) + b".")
+    records = {f"data/{key}": struct.pack("<2f", n, -n) for n, key in enumerate(sorted(recorded))}
+    path = write_raw_archive(tmp_path / f"keys{abs(hash((tuple(keys), tuple(sorted(recorded)))))}.pt", data_pkl,
+                             records)
+    compiled, python, reference = three_paths(lambda: _read_all(path))
+    assert compiled == python == reference
+    if isinstance(reference, list):
+        assert [data for _, _, data in reference] == [records[record] for record, _, _ in reference]
+
+
+def test_a_key_the_scanner_does_not_number_is_found_by_its_name(tmp_path: Path) -> None:
+    """Key ``07`` (not numbered: -1) beside the record of the last number there can be, ``data/<count - 1>``: the
+    tensor reads ``data/07``'s bytes."""
+    extras = len(zipfile.ZipFile(write_raw_archive(tmp_path / "none.pt", b"")).namelist())
+    last = extras + 2  # the records: the extras, data/07, data/0 and data/<last>
+    keys = ["07", "0", str(last)]
+    data_pkl = pickle(dct(*((s(f"t{n}"), tensor_v2(storage_pid("FloatStorage", key, 2), i(0), ints(2), ints(1)))
+                            for n, key in enumerate(keys))) + b".")
+    records = {f"data/{key}": struct.pack("<2f", n + 1, -n) for n, key in enumerate(keys)}
+    path = write_raw_archive(tmp_path / "keys.pt", data_pkl, records)
+    assert len(zipfile.ZipFile(path).namelist()) == last + 1
+    compiled, python, reference = three_paths(lambda: _read_all(path))
+    assert compiled == python == reference
+    assert [data for _, _, data in compiled] == list(records.values())

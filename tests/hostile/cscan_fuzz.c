@@ -41,11 +41,25 @@ static int fail(const char *what, int64_t row) {
 static int inside(int64_t at, int64_t len, int64_t size) { return at >= 0 && len >= 0 && at + len <= size; }
 
 /* The rows of an accepted scan point inside the input and inside one another. */
-static int rows_hold(const cs_result *r, int64_t len) {
+/* A storage row's key number against its text: -1, or the value of decimal digits without a leading zero. */
+static int key_number_holds(const uint8_t *data, const int64_t *s) {
+    char text[24];
+    if (s[7] == -1) {
+        if (s[3] > 18 || s[3] < 1) return 1;
+        int64_t k = 0;
+        while (k < s[3] && data[s[2] + k] >= '0' && data[s[2] + k] <= '9') k++;
+        return k < s[3] || (data[s[2]] == '0' && s[3] > 1);
+    }
+    int n = snprintf(text, sizeof text, "%lld", (long long)s[7]);
+    return s[7] >= 0 && n == s[3] && memcmp(text, data + s[2], (size_t)n) == 0;
+}
+
+static int rows_hold(const cs_result *r, const uint8_t *data, int64_t len) {
     if (r->end < 1 || r->end > len) return fail("end", 0);
     for (int64_t i = 0; i < r->storage_rows; i++) {
         const int64_t *s = r->storages + i * 8;
-        if (!inside(s[0], s[1], len) || !inside(s[2], s[3], len) || !inside(s[4], s[5], len) || s[6] < 0)
+        if (!inside(s[0], s[1], len) || !inside(s[2], s[3], len) || !inside(s[4], s[5], len) || s[6] < 0 ||
+            !key_number_holds(data, s))
             return fail("storage", i);
     }
     for (int64_t i = 0; i < r->tensor_rows; i++) {
@@ -242,7 +256,7 @@ static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t 
     int ok = 1;
     if (status == CS_DONE) {
         *accepted = 1;
-        ok = rows_hold(&r, len);
+        ok = rows_hold(&r, exact, len);
         cs_free(&r);
     } else if (status != CS_REFUSED) {
         ok = fail("status", status);
