@@ -140,11 +140,10 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
     storages = [s for table in tables for s in table.storages.values()]
     stored = [record for table in tables for record in table.storage_records()]
     if isinstance(archive.entries, ZipRecords):
-        rows = archive.entries
-        rows.resolve_storages(stored, alignment, archive.header_data_offset)
-        for storage, row in zip(storages, stored):
-            storage.offset = rows.data_offset(row)
-        records_count = len(rows)
+        offsets = archive.entries.resolve_storages(stored, alignment, archive.header_data_offset)
+        for storage, offset in zip(storages, offsets):
+            storage.offset = offset
+        records_count = len(archive.entries)
     else:
         archive.resolve_data_offsets(stored, alignment)
         for storage, entry in zip(storages, stored):

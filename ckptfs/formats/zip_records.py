@@ -124,23 +124,26 @@ class ZipRecords(Mapping[str, ZipEntry]):
         at, rows = row * _FIELDS, self._rows
         return row, rows[at + 5], rows[at + 2], rows[at + 7]
 
-    def resolve_storages(self, rows: list[int], alignment: int, read_offset: Callable[[ZipEntry], int]) -> None:
-        """Sets the data offset of each of ``rows``: computed by torch's rule where the directory shows its layout,
+    def resolve_storages(self, rows: list[int], alignment: int, read_offset: Callable[[ZipEntry], int]) -> list[int]:
+        """The data offset of each of ``rows``, kept: computed by torch's rule where the directory shows its layout,
         else ``read_offset`` of the record's entry (its local header read, and so checked)."""
+        # Every row's offset is computed (one C loop); a record no storage names is checked before its first use.
         computed = cscan.data_offsets(self._rows, len(self._row_of_number), self._cd_offset, alignment)
-        data_offset, checked, numbers = self._data_offset, self._checked, self._number_of_row
-        for row in rows:
-            offset = computed[row]
-            made = self._made.get(self._other_names[row]) if numbers[row] < 0 else None
-            if offset < 0:
-                offset = read_offset(made or self._entry(row, self.name(row)))
-                checked[row] = 1
-            data_offset[row] = offset
-            if made is not None:
-                made.data_offset, made.header_checked = offset, bool(checked[row])
-
-    def data_offset(self, row: int) -> int:
-        return self._data_offset[row]
+        numbers, made = self._number_of_row, self._made
+        for row in [row for row in rows if computed[row] < 0 or numbers[row] < 0]:
+            entry = made.get(self._other_names[row]) if numbers[row] < 0 else None
+            if computed[row] < 0:
+                computed[row] = read_offset(entry or self._entry(row, self.name(row)))
+                self._checked[row] = 1
+            if entry is not None:
+                entry.data_offset, entry.header_checked = computed[row], bool(self._checked[row])
+        if len(made) > len(self._other_rows):  # entries of numbered records made before: kept in step
+            for name, entry in made.items():
+                row = self.row(name)
+                if name not in self._other_rows and row is not None and entry.data_offset < 0:
+                    entry.data_offset, entry.header_checked = computed[row], bool(self._checked[row])
+        self._data_offset = computed
+        return [computed[row] for row in rows]
 
     def name(self, row: int) -> str:
         number = self._number_of_row[row]

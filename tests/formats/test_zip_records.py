@@ -101,8 +101,8 @@ def test_data_offsets_the_same_both_ways(drawn: tuple[list[int], list[int]]) -> 
         stored = [f"arch/data/{n}" for n in numbers]
         if isinstance(rows.entries, ZipRecords):
             records = rows.entries
-            records.resolve_storages([records.row(n) for n in stored], 64, rows.header_data_offset)
-            got = [records.data_offset(records.row(n)) for n in stored]
+            got = records.resolve_storages([records.row(n) for n in stored], 64, rows.header_data_offset)
+            assert got == [records[n].data_offset for n in stored]
         else:
             entries = [rows.entries[n] for n in stored]
             rows.resolve_data_offsets(entries, 64)
