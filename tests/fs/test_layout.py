@@ -20,6 +20,7 @@ import ckptfs
 import ckptfs.fs.layout
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.fs.files import value_bytes
+from ckptfs.fs.index import make_index, sized_index
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.names import (
     CONTROL_DIR,
@@ -268,6 +269,7 @@ def index_kind(container: Any) -> str:
 def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name: str) -> None:
     with ckptfs.open(corpus[name].path) as ck:
         layout = Layout(ck)
+        _check_index_size(layout)
         index = json.loads(layout.index_bytes())
         assert index["ckptfs_index"] == 3
         assert index["safetensors"][:1] == (["model.safetensors"] if ck.tensors else [])
@@ -370,11 +372,20 @@ def test_random_trees(tmp_path: Path, shape: dict[Any, Any]) -> None:
                 assert node.parent is not None
                 resolved = layout.lookup("/" + resolve(layout.path_of(node.parent), target))
                 assert resolved is not None and resolved.kind in (Kind.DIR, Kind.TENSOR, Kind.VIEW)
+        _check_index_size(layout)
         index = json.loads(layout.index_bytes())
         assert [t["path"] for t in index["tensors"]] == [[encode_key(k) for k in t.path] for t in ck.tensors]
         for listed, tensor in zip(index["tensors"], ck.tensors):
             node = layout.lookup("/" + listed["file"])
             assert node is not None and node.value is tensor
+
+
+def _check_index_size(layout: Layout) -> None:
+    """The index's size counted (kept up to a bound, or not at all) is its length, as a listing shows it."""
+    index = make_index(layout)
+    for bound in (0, len(index) // 2, len(index) - 1, len(index), 1 << 40):
+        assert sized_index(layout, bound) == (len(index), index if len(index) <= bound else None), bound
+    assert layout.size(layout.control.head[0]) == len(index)
 
 
 def resolve(base: str, relative: str) -> str:
