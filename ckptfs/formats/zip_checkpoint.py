@@ -25,6 +25,7 @@ from ckptfs.pickle.values import PickledObject
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
+_METHODS = (STORED, DEFLATED)
 CONSTANTS_KEY = "constants.pkl"
 """Where a TorchScript archive's constants appear in the tree: a name no attribute can have."""
 
@@ -76,7 +77,6 @@ class _StorageTable:
             known = shared_storage(storages, key, dtype, numel)
             if known is not None:
                 return known
-        # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
         record = self.record_prefix + key
         rows = self.rows
         if rows is None:
@@ -97,11 +97,30 @@ class _StorageTable:
             )
         if method != STORED and method != DEFLATED:
             raise UnsupportedError(f"record {record!r} uses compression method {method}")
-        written = not (self.crcs_computed and size and crc == 0)
-        storage = Storage(key, dtype, location, numel, record, -1, size, self.byteorder, method == DEFLATED, written,
-                          None, None, 0, self.archive.source)
-        storages[key] = storage
-        self.made.append(made)
+        return self._new_storage(key, dtype, location, numel, made, size, method, crc)
+
+    def storages_of(self, specs: list[tuple[str, DType, str, int, int]]) -> list[Storage]:
+        """``storage`` of each spec (key, dtype, location, numel, the key's number), in order: in one loop for the
+        common storage (met first, numbered, its record's size and method right), ``storage`` for any other."""
+        rows = self.rows
+        if rows is None or self.directory != "data":
+            return [self.storage(*spec) for spec in specs]
+        storages, made, storage = self.storages, self._new_storage, self.storage
+        found = rows.numbered([spec[4] for spec in specs])
+        return [made(key, dtype, location, numel, row, size, method, crc)
+                if row >= 0 and key not in storages and size == numel * dtype.itemsize and method in _METHODS
+                else storage(key, dtype, location, numel, number)
+                for (key, dtype, location, numel, number), (row, size, method, crc) in zip(specs, found)]
+
+    def _new_storage(self, key: str, dtype: DType, location: str, numel: int, record: Any, size: int, method: int,
+              crc: int) -> Storage:
+        """A new storage of ``record`` (its entry or row), checked."""
+        # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
+        storage = Storage(key, dtype, location, numel, self.record_prefix + key, -1, size, self.byteorder,
+                          method == DEFLATED, not (self.crcs_computed and size and crc == 0), None, None, 0,
+                          self.archive.source)
+        self.storages[key] = storage
+        self.made.append(record)
         return storage
 
 
@@ -195,7 +214,7 @@ class ZipParsed(ParsedCheckpoint):
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:
     if unpickler.FAST_PATHS:
-        root = zip_columns.load(pickle_bytes, table.storage, table.forget, limits)
+        root = zip_columns.load(pickle_bytes, table.storages_of, table.forget, limits)
         if root is not None:
             return root
     return SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,

@@ -124,6 +124,14 @@ class ZipRecords(Mapping[str, ZipEntry]):
         at, rows = row * _FIELDS, self._rows
         return row, rows[at + 5], rows[at + 2], rows[at + 7]
 
+    def numbered(self, numbers: list[int]) -> list[tuple[int, int, int, int]]:
+        """For each number, its record's row and the size, method and CRC-32 the directory gives it; a row of -1
+        (and 0s) where no record has the number (-1, or past the record count: ``storage_fields`` then looks)."""
+        count, row_of_number, rows = len(self._row_of_number), self._row_of_number, self._rows
+        found = [row_of_number[number] if 0 <= number < count else -1 for number in numbers]
+        return [(row, rows[row * _FIELDS + 5], rows[row * _FIELDS + 2], rows[row * _FIELDS + 7]) if row >= 0
+                else (-1, 0, 0, 0) for row in found]
+
     def resolve_storages(self, rows: list[int], alignment: int, read_offset: Callable[[ZipEntry], int]) -> list[int]:
         """The data offset of each of ``rows``, kept: computed by torch's rule where the directory shows its layout,
         else ``read_offset`` of the record's entry (its local header read, and so checked)."""
