@@ -85,6 +85,24 @@ def test_keys_of_one_container_get_distinct_reversible_names(keys: list[Any]) ->
     assert _decodes_in([name for name, _ in whole], distinct) == [encode_key(key) for _, key in whole]
 
 
+_state_dict_keys = st.one_of(
+    st.from_regex(r"[a-z_]{1,8}(\.[0-9a-z_]{1,12}){0,5}", fullmatch=True),
+    st.text(st.characters(codec="utf-8"), min_size=55, max_size=300),
+    st.sampled_from([".hidden", "w.json", "a.npy", "b.safetensors", "x.q_scales", "", "a/b", "a%b", "\x7f", "é",
+                     "%", "-0", "7", "a" * 60, "a" * 61, "ä" * 61, "w.json.x"]))
+
+
+@given(st.lists(_state_dict_keys, max_size=40, unique=True))
+@example(["layer.0.weight", ".hidden"])
+@example(["layer.0.weight", "w.json"])
+@example(["layer.0.weight", "a/b"])
+@example(["layer.0.weight", ""])
+@example(["layer.0.weight", "ä" * 61, "a" * 61])
+def test_str_keys_are_named_in_bulk_as_one_by_one(keys: list[str]) -> None:
+    """A container of str keys only (a state dict) is named a column at a time: the names each key has alone."""
+    assert child_names(keys) == [entry_name(key) for key in keys]
+
+
 def test_repeated_keys_get_a_position_suffix() -> None:
     assert child_names(["a", "7", 7, "a", 7, "7"]) == ["a", "%37", "7", "a%#3", "7%#4", "%37%#5"]
     assert _decodes_in(["a", "%37", "7", "a%#3", "7%#4", "%37%#5"], ["a", "7", 7]) == ["a", "7", 7, "a", 7, "7"]
