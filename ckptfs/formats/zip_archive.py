@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from ckptfs.errors import (
     CkptfsError,
@@ -27,8 +27,11 @@ from ckptfs.errors import (
     UnsupportedError,
 )
 from ckptfs.formats.prefetch import Prefetch
-from ckptfs.formats.zip_directory import U32, apply_zip64, read_rows
+from ckptfs.formats.zip_directory import U32, apply_zip64, entries_from_rows
+from ckptfs.formats.zip_entry import ZipEntry
+from ckptfs.formats.zip_records import ZipRecords
 from ckptfs.limits import Limits
+from ckptfs.pickle import cscan
 from ckptfs.sources import ByteSource
 
 U16 = 0xFFFF
@@ -59,37 +62,20 @@ DEFLATED = 8
 NOT_A_CHECKPOINT = "a zip archive, but not a torch.save checkpoint (no data.pkl)"
 
 
-@dataclass(slots=True)
-class ZipEntry:
-    name: str
-    method: int
-    flags: int
-    compressed_size: int
-    size: int
-    header_offset: int
-    data_offset: int = -1
-    """Absolute offset of the record's (possibly compressed) data; -1 until resolved."""
-    header_checked: bool = False
-    """Whether ``data_offset`` was read from (or checked against) the local header."""
-    crc: int = 0
-    """The central directory's CRC-32 (not checked: reads are ranged)."""
-    next_header: int = -1
-    """Where the record after it (by header offset) starts, the central directory's offset for the last: set while
-    the directory is read (-1 in an archive a metadata cache entry restored, whose data offsets are known)."""
-
-
 class ZipArchive:
     def __init__(self, opening: Prefetch, limits: Limits = Limits()) -> None:
         self.source = opening.source
         self.limits = limits
         self._opening: Prefetch | None = opening
-        self.entries: dict[str, ZipEntry] = {}
+        self.entries: Mapping[str, ZipEntry] = {}
+        """Every record by its name: a ``ZipRecords`` where the compiled scanner read the directory, else a dict (a
+        ``StoredRecords`` once a checkpoint's storages are known)."""
         self._read_directory()
         self.prefix = self._find_prefix()
 
     @classmethod
     def restored(cls, source: ByteSource, limits: Limits, prefix: str, cd_offset: int,
-                 entries: dict[str, ZipEntry]) -> ZipArchive:
+                 entries: Mapping[str, ZipEntry]) -> ZipArchive:
         """The archive as a metadata cache entry remembers it: the storage records, each with its data offset
         (``entries`` may make them on first use); every local header is still checked before first use."""
         archive = cls.__new__(cls)
@@ -143,8 +129,19 @@ class ZipArchive:
         self._opening = None
 
     def _parse_directory(self, directory: bytes, count: int) -> None:
-        read = read_rows(directory, count, self.cd_offset, self.entries, ZipEntry)
-        made, offsets, in_order = read if read is not None else self._parse_entries(directory, count)
+        directory = bytes(directory)  # the same object when it is bytes already: names are sliced from it
+        scanned = cscan.directory(directory, count, self.cd_offset)
+        if scanned is None:
+            made, offsets, in_order = self._parse_entries(directory, count)
+        else:
+            rows, in_order = scanned
+            numbers = cscan.directory_keys(directory, rows, count) if in_order else None
+            if numbers is not None:
+                self.entries = ZipRecords(directory, rows, numbers, self.cd_offset)
+                return
+            entries: dict[str, ZipEntry] = {}
+            made, offsets = entries_from_rows(directory, rows, entries, ZipEntry)
+            self.entries = entries
         if not in_order:
             order = sorted(range(len(offsets)), key=offsets.__getitem__)
             made = [made[i] for i in order]
@@ -155,7 +152,8 @@ class ZipArchive:
 
     def _parse_entries(self, directory: bytes, count: int) -> tuple[list[ZipEntry], list[int], bool]:
         # One pass with local bindings and a Struct of the used fields only: ~200,000 records for a large MoE.
-        entries = self.entries
+        entries: dict[str, ZipEntry] = {}
+        self.entries = entries
         size = len(directory)
         unpack = CD_FIELDS.unpack_from
         header_size = CD_HEADER.size
@@ -210,7 +208,9 @@ class ZipArchive:
         if slash <= 0:
             raise self._prefix_error(f"zip record {first!r} is not inside an archive directory")
         prefix = first[: slash + 1]
-        stray = [n for n in self.entries if not n.startswith(prefix)]
+        # (A numbered record's name starts with the first name's prefix.)
+        names = self.entries.unnumbered() if isinstance(self.entries, ZipRecords) else self.entries
+        stray = [n for n in names if not n.startswith(prefix)]
         if stray:
             raise self._prefix_error(f"zip record {stray[0]!r} is outside the archive directory {prefix!r}")
         return prefix
@@ -319,13 +319,18 @@ class ZipArchive:
                     if trailer in (DESCRIPTOR_SIZES if e.flags & 8 else (0,)):
                         computed = predicted
             if computed is not None:
-                e.data_offset = computed
+                e.data_offset = computed  # (its trailer, 0 or a descriptor, keeps it before the next record)
             else:
-                header = self.source.read(e.header_offset, LOCAL_HEADER.size)
-                e.data_offset = self._local_data_offset(header, 0, e)
+                e.data_offset = self.header_data_offset(e)
                 e.header_checked = True
-            if e.data_offset + e.compressed_size > e.next_header:
-                raise CorruptCheckpointError(f"zip record {name!r} overlaps the next record")
+
+    def header_data_offset(self, e: ZipEntry) -> int:
+        """The data offset of ``e`` its local header gives (one read), checked against the next record."""
+        header = self.source.read(e.header_offset, LOCAL_HEADER.size)
+        data_offset = self._local_data_offset(header, 0, e)
+        if data_offset + e.compressed_size > e.next_header:
+            raise CorruptCheckpointError(f"zip record {e.name!r} overlaps the next record")
+        return data_offset
 
     def check_local_header(self, e: ZipEntry) -> None:
         """Checks, once, that the local header of ``e`` names it and puts its data where ``data_offset`` says."""

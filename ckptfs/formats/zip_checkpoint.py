@@ -12,7 +12,8 @@ from ckptfs.formats.deflate_index import DeflateIndex, DeflateIndexes
 from ckptfs.formats.interface import ParsedCheckpoint, shared_storage, storage_persistent_id
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.torchscript import mark_parameters
-from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, ZipEntry, check_inflation
+from ckptfs.formats.zip_archive import DEFLATED, NOT_A_CHECKPOINT, STORED, ZipArchive, check_inflation
+from ckptfs.formats.zip_records import ZipRecords
 from ckptfs.formats.zip_stored import StoredRecords
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
@@ -24,6 +25,7 @@ from ckptfs.pickle.values import PickledObject
 
 SMALL_RECORDS = ["byteorder", ".storage_alignment", ".format_version", "version", ".data/version"]
 MAX_SMALL_RECORD = 4096
+_METHODS = (STORED, DEFLATED)
 CONSTANTS_KEY = "constants.pkl"
 """Where a TorchScript archive's constants appear in the tree: a name no attribute can have."""
 
@@ -40,21 +42,25 @@ class _StorageTable:
         # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
         self.crcs_computed = archive.entries[archive.prefix + "data.pkl"].crc != 0
         self.storages: dict[str, Storage] = {}
-        self.made: list[ZipEntry] = []
-        """The record of each storage ``storage`` made (not the zero-byte aliases of ``shared_storage``), in order."""
         self.entries, self.prefix = archive.entries, archive.prefix
+        self.rows = self.entries if isinstance(self.entries, ZipRecords) else None
+        """The directory's rows where the compiled scanner read it: a storage's record is then its row."""
+        self.made: list[Any] = []
+        """The record (entry or row) of each storage ``storage`` made (not the zero-byte aliases of
+        ``shared_storage``), in order."""
 
     def forget(self) -> None:
         """Empties the table: the reference parse makes it again."""
         self.storages.clear()
         self.made.clear()
 
-    def storage_records(self) -> list[ZipEntry]:
-        """The record of each storage in ``storages``, in its order: the ones ``storage`` found, unless there are
-        aliases among them."""
+    def storage_records(self) -> list[Any]:
+        """The record (entry or row) of each storage in ``storages``, in its order: the ones ``storage`` found,
+        unless there are aliases among them."""
         if len(self.made) == len(self.storages):
             return self.made
-        return [self.entries[self.prefix + storage.record] for storage in self.storages.values()]
+        find = self.entries.__getitem__ if self.rows is None else self.rows.row
+        return [find(self.prefix + storage.record) for storage in self.storages.values()]
 
     def persistent_load(self, pid: Any) -> Storage:
         cls, key, location, numel, _ = storage_persistent_id(pid, 5)
@@ -63,19 +69,26 @@ class _StorageTable:
             raise CorruptCheckpointError(f"unknown storage class {cls.qualname} for storage {key!r}")
         return self.storage(key, dtype, location, numel)
 
-    def storage(self, key: str, dtype: DType, location: str, numel: int) -> Storage:
-        """The storage a valid persistent id names (``zip_columns`` calls it with the scanner's checked ids)."""
+    def storage(self, key: str, dtype: DType, location: str, numel: int, number: int | None = None) -> Storage:
+        """The storage a valid persistent id names (``zip_columns`` calls it with the scanner's checked ids and the
+        key's number)."""
         storages = self.storages
         if key in storages:
             known = shared_storage(storages, key, dtype, numel)
             if known is not None:
                 return known
-        # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
         record = self.record_prefix + key
-        entry = self.entries.get(self.prefix + record)
-        if entry is None:
-            raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
-        size, method = entry.size, entry.method
+        rows = self.rows
+        if rows is None:
+            entry = self.entries.get(self.prefix + record)
+            if entry is None:
+                raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
+            made, size, method, crc = entry, entry.size, entry.method, entry.crc
+        else:
+            fields = rows.storage_fields(self.directory, key, number)
+            if fields is None:
+                raise CorruptCheckpointError(f"storage record {record!r} is missing from the archive")
+            made, size, method, crc = fields
         nbytes = numel * dtype.itemsize
         if size != nbytes:
             raise CorruptCheckpointError(
@@ -84,11 +97,30 @@ class _StorageTable:
             )
         if method != STORED and method != DEFLATED:
             raise UnsupportedError(f"record {record!r} uses compression method {method}")
-        written = not (self.crcs_computed and size and entry.crc == 0)
-        storage = Storage(key, dtype, location, numel, record, -1, size, self.byteorder, method == DEFLATED, written,
-                          None, None, 0, self.archive.source)
-        storages[key] = storage
-        self.made.append(entry)
+        return self._new_storage(key, dtype, location, numel, made, size, method, crc)
+
+    def storages_of(self, specs: list[tuple[str, DType, str, int, int]]) -> list[Storage]:
+        """``storage`` of each spec (key, dtype, location, numel, the key's number), in order: in one loop for the
+        common storage (met first, numbered, its record's size and method right), ``storage`` for any other."""
+        rows = self.rows
+        if rows is None or self.directory != "data":
+            return [self.storage(*spec) for spec in specs]
+        storages, made, storage = self.storages, self._new_storage, self.storage
+        found = rows.numbered([spec[4] for spec in specs])
+        return [made(key, dtype, location, numel, row, size, method, crc)
+                if row >= 0 and key not in storages and size == numel * dtype.itemsize and method in _METHODS
+                else storage(key, dtype, location, numel, number)
+                for (key, dtype, location, numel, number), (row, size, method, crc) in zip(specs, found)]
+
+    def _new_storage(self, key: str, dtype: DType, location: str, numel: int, record: Any, size: int, method: int,
+              crc: int) -> Storage:
+        """A new storage of ``record`` (its entry or row), checked."""
+        # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
+        storage = Storage(key, dtype, location, numel, self.record_prefix + key, -1, size, self.byteorder,
+                          method == DEFLATED, not (self.crcs_computed and size and crc == 0), None, None, 0,
+                          self.archive.source)
+        self.storages[key] = storage
+        self.made.append(record)
         return storage
 
 
@@ -125,16 +157,22 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
         mark_parameters(archive, root, limits)
 
     storages = [s for table in tables for s in table.storages.values()]
-    entries = [entry for table in tables for entry in table.storage_records()]
-    archive.resolve_data_offsets(entries, alignment)
-    for storage, entry in zip(storages, entries):
-        storage.offset = entry.data_offset
+    stored = [record for table in tables for record in table.storage_records()]
+    if isinstance(archive.entries, ZipRecords):
+        offsets = archive.entries.resolve_storages(stored, alignment, archive.header_data_offset)
+        for storage, offset in zip(storages, offsets):
+            storage.offset = offset
+        records_count = len(archive.entries)
+    else:
+        archive.resolve_data_offsets(stored, alignment)
+        for storage, entry in zip(storages, stored):
+            storage.offset = entry.data_offset
+        records_count = len(archive.entries)
+        others = dict(archive.entries)
+        for name in map(attrgetter("name"), stored):
+            others.pop(name, None)  # (an alias's record is its storage's, met twice)
+        archive.entries = StoredRecords(archive.prefix, others, storages, stored)
     archive.finish_opening()
-    records_count = len(archive.entries)
-    others = dict(archive.entries)
-    for name in map(attrgetter("name"), entries):
-        others.pop(name, None)  # (an alias's record is its storage's, met twice)
-    archive.entries = StoredRecords(archive.prefix, others, storages, entries)
 
     details = {
         "archive_prefix": archive.prefix.rstrip("/"),
@@ -176,7 +214,7 @@ class ZipParsed(ParsedCheckpoint):
 
 def _load(pickle_bytes: bytes, table: _StorageTable, limits: Limits) -> Any:
     if unpickler.FAST_PATHS:
-        root = zip_columns.load(pickle_bytes, table.storage, table.forget, limits)
+        root = zip_columns.load(pickle_bytes, table.storages_of, table.forget, limits)
         if root is not None:
             return root
     return SafeUnpickler(pickle_bytes, resolve=rebuild.resolve, persistent_load=table.persistent_load,

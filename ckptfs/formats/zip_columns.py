@@ -25,29 +25,30 @@ class _Refused(Exception):
     """The rows would not make what the reference makes."""
 
 
-MakeStorage = Callable[[str, DType, str, int], Storage]
-"""``_StorageTable.storage``: key, dtype, location, numel."""
+MakeStorages = Callable[[list[tuple[str, DType, str, int, int]]], list[Storage]]
+"""``_StorageTable.storages_of``: of each (key, dtype, location, numel, the key's number: -1 where not decimal), its
+storage."""
 
 
-def load(data: bytes, make_storage: MakeStorage, forget: Callable[[], None], limits: Limits) -> dict[str, Any] | None:
+def load(data: bytes, make_storages: MakeStorages, forget: Callable[[], None], limits: Limits) -> dict[str, Any] | None:
     """The root dict, or None (``forget`` then empties the persistent loads' table) for the reference."""
     data = bytes(data)  # the same object when it is bytes already: the rows' strings are sliced from it
     rows = cscan.scan(data, limits)
     if rows is None:
         return None
     try:
-        return _tree(data, rows, make_storage)
+        return _tree(data, rows, make_storages)
     except (_Refused, CkptfsError, UnicodeDecodeError):
         forget()
         return None
 
 
-def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str, Any]:
+def _tree(data: bytes, rows: cscan.Scan, make_storages: MakeStorages) -> dict[str, Any]:
     # A class or location is one opcode's text, met again through the memo: known by its offset.
     dtypes: dict[int, DType | None] = {}
     locations: dict[int, str] = {}
-    storages = []
-    for class_at, class_length, key_at, key_length, location_at, location_length, numel, _ in cscan.rows(
+    specs = []
+    for class_at, class_length, key_at, key_length, location_at, location_length, numel, number in cscan.rows(
             rows.storages, cscan.STORAGE_FIELDS):
         dtype = dtypes.get(class_at, _UNSEEN)
         if dtype is _UNSEEN:
@@ -58,7 +59,8 @@ def _tree(data: bytes, rows: cscan.Scan, make_storage: MakeStorage) -> dict[str,
         location = locations.get(location_at)
         if location is None:
             location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
-        storages.append(make_storage(data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel))
+        specs.append((data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel, number))
+    storages = make_storages(specs)
     pool = rows.pool
     shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape or stride: less memory
     intern = shapes.setdefault

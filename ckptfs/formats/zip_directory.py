@@ -9,24 +9,21 @@ order, with its message.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from array import array
+from typing import Callable
 
 from ckptfs.errors import CorruptCheckpointError
+from ckptfs.formats.zip_entry import ZipEntry
 from ckptfs.pickle import cscan
 
 U32 = 0xFFFFFFFF
 
 
-def read_rows(directory: bytes, count: int, cd_offset: int, entries: dict[str, object],
-              make_entry: Callable[..., Any]) -> tuple[list[Any], list[int], bool] | None:
-    """The ``count`` entries (made into ``entries`` by their names too), their header offsets and whether those
-    increase; None when the scanner is not there or refuses (the Python loop then reads the directory)."""
-    directory = bytes(directory)  # the same object when it is bytes already: names are sliced from it
-    scanned = cscan.directory(directory, count, cd_offset)
-    if scanned is None:
-        return None
-    rows, in_order = scanned
-    made: list[Any] = []
+def entries_from_rows(directory: bytes, rows: array[int], entries: dict[str, ZipEntry],
+                      make_entry: Callable[..., ZipEntry]) -> tuple[list[ZipEntry], list[int]]:
+    """The entries of the scanner's ``rows`` (made into ``entries`` by their names too) and their header
+    offsets."""
+    made: list[ZipEntry] = []
     add_entry = made.append
     for name_at, name_length, method, flags, csize, usize, offset, crc in cscan.rows(rows, cscan.DIRECTORY_FIELDS):
         name = directory[name_at : name_at + name_length].decode("ascii")
@@ -34,7 +31,7 @@ def read_rows(directory: bytes, count: int, cd_offset: int, entries: dict[str, o
         if entries.setdefault(name, entry) is not entry:
             raise CorruptCheckpointError(f"duplicate zip record {name!r}")
         add_entry(entry)
-    return made, rows[6 :: cscan.DIRECTORY_FIELDS].tolist(), in_order
+    return made, rows[6 :: cscan.DIRECTORY_FIELDS].tolist()
 
 
 def apply_zip64(extra: bytes, usize: int, csize: int, offset: int, name: str) -> tuple[int, int, int]:

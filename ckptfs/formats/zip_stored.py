@@ -1,4 +1,5 @@
-"""A parsed archive's records once its storages' data offsets are known: the storage records in columns.
+"""A parsed archive's records once its storages' data offsets are known: the storage records in columns, for a
+directory the Python loop read (``ZipRecords`` keeps the compiled scanner's rows from the start).
 
 A ``ZipEntry`` with its name and fields costs ~280 bytes, kept for every record of the directory; a storage's
 record is wanted again only when its storage is first read (its local header checked), written, or the parse

@@ -6,12 +6,14 @@ from typing import Any, Callable
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.fs.files import value_bytes
+from ckptfs.fs.index import sized_index
 from ckptfs.fs.nodes import Kind, Node, ViewNode
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.fs.safetensors import SafetensorsFile
 from ckptfs.fs.views import View
 from ckptfs.fs.zarr import chunk_pieces, chunk_size
 from ckptfs.fs.zarr import document as zarr_document
+from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Tensor
 
 KEPT_SIZED_BYTES = 16 << 20
@@ -59,10 +61,18 @@ class Contents:
             return 0
         if kind is Kind.LINK or kind is Kind.VIEW_LINK:
             return len(self.link_target(node).encode("utf-8"))
-        if kind is Kind.BUNDLE or kind is Kind.INDEX:
+        if kind is Kind.INDEX:
+            with self._lock, gc_paused():
+                if self._made is not None and self._made[0] == node.ino:
+                    return len(self._made[1])
+                size, index = sized_index(self, KEPT_SIZED_BYTES)  # type: ignore[arg-type]
+                if index is not None:
+                    self._made = (node.ino, index)
+                return size
+        if kind is Kind.BUNDLE:
             with self._lock:
                 kept = self._made
-                size = self.safetensors(node).size if kind is Kind.BUNDLE else len(self.index_bytes())
+                size = self.safetensors(node).size
                 if size > KEPT_SIZED_BYTES:
                     self._made = kept  # a listing needs its size only: made again when opened
                 return size

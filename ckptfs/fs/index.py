@@ -47,9 +47,49 @@ def make_index(layout: Tree) -> bytearray:
     tensor's ``path`` and ``file`` are spelled out: joined from texts made
     once per directory, not re-encoded key by key.
     """
+    made = _head(layout)
+    _write(layout, made)
+    return made
+
+
+def sized_index(layout: Tree, kept_up_to: int) -> tuple[int, bytearray | None]:
+    """``len(make_index(layout))``, and the index itself where it is at most ``kept_up_to`` bytes; a longer one's
+    lines are counted, not kept: a listing of ``/.ckptfs`` needs its size only (200,000 tensors make 60 MB)."""
+    made = _Bounded(_head(layout), kept_up_to)
+    _write(layout, made)
+    return len(made), made.data
+
+
+class _Bounded:
+    """Stands for the index's bytearray: its bytes until they pass ``limit``, then their length only."""
+
+    __slots__ = ("data", "length", "limit")
+
+    def __init__(self, data: bytearray, limit: int) -> None:
+        self.data: bytearray | None = data
+        self.length, self.limit = len(data), limit
+
+    def __iadd__(self, more: bytes | bytearray | memoryview) -> _Bounded:
+        self.length += len(more)
+        if self.data is not None:
+            self.data += more
+            if self.length > self.limit:
+                self.data = None
+        return self
+
+    def __delitem__(self, last: slice) -> None:
+        self.length -= len(range(self.length)[last])
+        if self.data is not None:
+            del self.data[last]
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
+    """Adds the index after its head to ``tensors``."""
     ck = layout.checkpoint
     # Lines go straight into two buffers, the index itself (head and tensors) and the other entries.
-    tensors = _head(layout)
     entries = bytearray()
     root_kind = {"kind": "dir"} if layout.boxed else container_kind(layout.root.value)
     entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
@@ -96,7 +136,6 @@ def make_index(layout: Tree) -> bytearray:
     tensors += b'\n],\n"entries": [\n'
     tensors += memoryview(entries)[:-2]
     tensors += b"\n]}\n"
-    return tensors
 
 
 def _value_text(value: Any) -> str:

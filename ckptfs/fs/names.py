@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+from operator import methodcaller
 from typing import Any
 
 from ckptfs.model.encoding import encode_key
@@ -58,6 +59,10 @@ _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
 _ESCAPED_CHAR = re.compile(_ESCAPED_CHARS)
 _INT_NAME = re.compile(r"0|-?[1-9][0-9]*")
 """The names of int keys, ``str(k)``: a str key spelled so is escaped only beside its int."""
+_PLAIN_ASCII = bytes(c for c in range(128) if not _ESCAPED_CHAR.match(chr(c)))
+"""The ASCII characters a name holds as they are: a text of them only is left empty by deleting them."""
+_STARTS_WITH_DOT = methodcaller("startswith", ".")
+_ENDS_RESERVED = methodcaller("endswith", RESERVED_SUFFIXES)
 _DUPLICATE_SUFFIX = re.compile(r"%#[0-9]+\Z")
 _PERCENT_ESCAPE = re.compile("(?:%[0-9A-F]{2})+")
 
@@ -79,7 +84,9 @@ def entry_name(key: Key, beside_int: bool = False) -> str:
 
 def child_names(keys: list[Key]) -> list[str]:
     """The names of one container's children, by position: distinct, each reversible given the container."""
-    names = [entry_name(key) for key in keys]
+    names = _plain_names(keys)
+    if names is None:
+        names = [entry_name(key) for key in keys]
     if len(set(names)) == len(names):
         return names
     int_names = {name for name, key in zip(names, keys) if type(key) is int}
@@ -92,6 +99,24 @@ def child_names(keys: list[Key]) -> list[str]:
             name = f"{name}%#{position}"
         seen.add(name)
         names[position] = name
+    return names
+
+
+def _plain_names(keys: list[Key]) -> list[str] | None:
+    """``[entry_name(key) for key in keys]`` where every key is a str that no rule escapes (a state dict's), else
+    None: checked a column at a time, one pass over all the keys' text rather than a search per key (a listing of
+    200,000 tensors' names)."""
+    if not keys or set(map(type, keys)) != {str} or not min(map(len, keys)):
+        return None
+    text = "".join(keys)  # type: ignore[arg-type]
+    if (text.encode("ascii").translate(None, _PLAIN_ASCII) if text.isascii() else _ESCAPED_CHAR.search(text)) or any(
+            map(_STARTS_WITH_DOT, keys)) or any(map(_ENDS_RESERVED, keys)):
+        return None
+    names: list[str] = list(keys)  # type: ignore[arg-type]
+    if max(map(len, names)) > MAX_NAME_BYTES // 4:
+        for position, length in enumerate(map(len, names)):
+            if length > MAX_NAME_BYTES // 4:
+                names[position] = _shorten(names[position])
     return names
 
 

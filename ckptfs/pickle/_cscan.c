@@ -161,6 +161,18 @@ static int location_ok(const scanner *s, value v) {
     return v.kind == V_STR && v.b <= 255 && chars(s, v, 0x20, 0x7e, 0x7f);
 }
 
+/* A storage key's number: its value where it is decimal without leading zeros (at most 18 digits), else -1. */
+static int64_t key_number(const scanner *s, value v) {
+    const uint8_t *key = s->p + v.a;
+    if (v.b > 18 || (key[0] == '0' && v.b > 1)) return -1;
+    int64_t number = 0;
+    for (int64_t i = 0; i < v.b; i++) {
+        if (key[i] < '0' || key[i] > '9') return -1;
+        number = number * 10 + (key[i] - '0');
+    }
+    return number;
+}
+
 /* TUPLE over a frame: int items make a tuple of ints; a persistent id or rebuild arguments become rows. */
 static int make_tuple(scanner *s, int64_t from) {
     int64_t count = s->sp - from;
@@ -176,7 +188,8 @@ static int make_tuple(scanner *s, int64_t from) {
     } else if (count == 5 && text_is(s, items[0], "storage", 7) &&
                items[1].kind == V_STORAGE_CLASS && storage_key_ok(s, items[2]) && location_ok(s, items[3]) &&
                items[4].kind == V_INT && items[4].a >= 0) {
-        int64_t row[8] = {items[1].a, items[1].b, items[2].a, items[2].b, items[3].a, items[3].b, items[4].a, 0};
+        int64_t row[8] = {items[1].a, items[1].b, items[2].a, items[2].b, items[3].a, items[3].b, items[4].a,
+                          key_number(s, items[2])};
         if (!put_row(&s->pids, row, 8)) return 0;
         made = (value){V_PID, s->pids.len / 8 - 1, 0};
     } else if (count == 6 && items[0].kind == V_STORAGE && items[1].kind == V_INT && items[2].kind == V_TUPLE &&

@@ -8,7 +8,8 @@
 
 /* Rows of int64, in the order the reference interpreter makes them:
  *   storages (8 per row, one per persistent load): class name offset, length, key offset, length, location
- *       offset, length, numel, 0
+ *       offset, length, numel, the key's number (its value where it is decimal without leading zeros, at most
+ *       18 digits; else -1)
  *   tensors (8 per row, one per _rebuild_tensor_v2 call): storage row, storage offset, size's pool offset, rank,
  *       stride's pool offset, requires_grad, whether it has elements, index of its last element
  *   items (3 per row, one per key and value set in the root dict): key offset, key length, tensor row
@@ -35,6 +36,15 @@ void cs_free(cs_result *result);
 #define CS_DIRECTORY_FIELDS 8
 int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_offset, int64_t *rows,
                  int64_t *in_order);
+/* Of cs_directory's rows: the number n of each "<prefix>data/<n>" (the prefix the first name's up to its first
+ * slash, n canonical decimal below count), -1 for other names, and each number's row (-1 where none); returns how
+ * many rows have a number, or -1 where two have the same one or the first name has no prefix. */
+int64_t cs_directory_keys(const uint8_t *dir, const int64_t *rows, int64_t count, int64_t *number_of_row,
+                          int64_t *row_of_number);
+/* Of rows in header offset order: each record's data offset by torch's alignment rule (spec 1.6) where its space
+ * up to the next record (cd_offset after the last) holds exactly the predicted local header and the data (and a
+ * data descriptor where flag 8 says), else -1. alignment > 0. */
+void cs_data_offsets(const int64_t *rows, int64_t count, int64_t cd_offset, int64_t alignment, int64_t *data_offset);
 
 /* A torch.distributed.checkpoint .metadata pickle (_cscan_dcp.c): tables of int64 rows, each CS_DCP_<TABLE>
  * ints wide, in the order the pickle sets them; offsets are into the pickle's bytes, strings undecoded ASCII.

@@ -1,4 +1,5 @@
-/* The compiled scanner's second part: a zip central directory read into rows (ckptfs/formats/zip_directory.py).
+/* The compiled scanner's second part: a zip central directory read into rows (ckptfs/formats/zip_directory.py),
+ * its storage records found by their keys' numbers and their data offsets computed (ckptfs/formats/zip_records.py).
  *
  * It accepts only a directory ZipArchive._parse_directory reads without an error of its own, but for duplicate
  * names (which the rows' reader checks), and without zip64 fields or names other than ASCII: anything else makes
@@ -49,4 +50,62 @@ int cs_directory(const uint8_t *dir, int64_t size, int64_t count, int64_t cd_off
         row[7] = crc;
     }
     return pos == size ? CS_DONE : CS_REFUSED;
+}
+
+#define MAX_KEY_DIGITS 18
+
+/* The number of a name "<prefix>data/<n>" (prefix: the first name's, up to its first slash; n in decimal without
+ * leading zeros, below count), else -1. */
+static int64_t storage_number(const uint8_t *dir, const int64_t *row, int64_t prefix_len, const uint8_t *first,
+                              int64_t count) {
+    const uint8_t *name = dir + row[0];
+    int64_t len = row[1], at = prefix_len + 5;
+    if (len <= at || len - at > MAX_KEY_DIGITS) return -1;
+    for (int64_t k = 0; k < prefix_len; k++)
+        if (name[k] != first[k]) return -1;
+    if (name[prefix_len] != 'd' || name[prefix_len + 1] != 'a' || name[prefix_len + 2] != 't' ||
+        name[prefix_len + 3] != 'a' || name[prefix_len + 4] != '/')
+        return -1;
+    if (name[at] == '0' && len - at > 1) return -1;
+    int64_t number = 0;
+    for (int64_t k = at; k < len; k++) {
+        if (name[k] < '0' || name[k] > '9') return -1;
+        number = number * 10 + (name[k] - '0');
+    }
+    return number < count ? number : -1;
+}
+
+int64_t cs_directory_keys(const uint8_t *dir, const int64_t *rows, int64_t count, int64_t *number_of_row,
+                          int64_t *row_of_number) {
+    if (count <= 0) return -1;
+    const uint8_t *first = dir + rows[0];
+    int64_t prefix_len = 0;
+    while (prefix_len < rows[1] && first[prefix_len] != '/') prefix_len++;
+    if (prefix_len == 0 || prefix_len == rows[1]) return -1;
+    prefix_len++;
+    for (int64_t i = 0; i < count; i++) row_of_number[i] = -1;
+    int64_t found = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t number = storage_number(dir, rows + i * CS_DIRECTORY_FIELDS, prefix_len, first, count);
+        number_of_row[i] = number;
+        if (number < 0) continue;
+        if (row_of_number[number] >= 0) return -1;
+        row_of_number[number] = i;
+        found++;
+    }
+    return found;
+}
+
+void cs_data_offsets(const int64_t *rows, int64_t count, int64_t cd_offset, int64_t alignment,
+                     int64_t *data_offset) {
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t *row = rows + i * CS_DIRECTORY_FIELDS;
+        int64_t name_len = row[1], flags = row[3], csize = row[4], header = row[6];
+        int64_t next = i + 1 < count ? rows[(i + 1) * CS_DIRECTORY_FIELDS + 6] : cd_offset;
+        int64_t start = header + LOCAL_HEADER + name_len + 4;
+        int64_t predicted = start + (alignment - start % alignment) % alignment;
+        int64_t trailer = next - predicted - csize;
+        int fits = (flags & 8) ? (trailer == 12 || trailer == 16 || trailer == 20 || trailer == 24) : trailer == 0;
+        data_offset[i] = predicted - header <= LOCAL_HEADER + name_len + 0xFFFF && fits ? predicted : -1;
+    }
 }

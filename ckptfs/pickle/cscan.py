@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import os
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -67,6 +68,12 @@ def _load_library() -> tuple[ctypes.CDLL | None, str]:
             library.cs_directory.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                              ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
             library.cs_directory.restype = ctypes.c_int
+            library.cs_directory_keys.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                                  ctypes.c_void_p]
+            library.cs_directory_keys.restype = ctypes.c_int64
+            library.cs_data_offsets.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                ctypes.c_void_p]
+            library.cs_data_offsets.restype = None
             library.cs_dcp.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                        ctypes.POINTER(_DcpResult)]
             library.cs_dcp.restype = ctypes.c_int
@@ -101,7 +108,7 @@ class Scan:
     items: memoryview
 
 
-def rows(table: memoryview, width: int) -> Iterator[tuple[int, ...]]:
+def rows(table: memoryview | array[int], width: int) -> Iterator[tuple[int, ...]]:
     """The rows of a table of ``width`` ints per row."""
     cursor = iter(table)
     return zip(*[cursor] * width)
@@ -139,19 +146,37 @@ def dcp(data: bytes, limits: Limits) -> dict[str, memoryview] | None:
         LIBRARY.cs_dcp_free(ctypes.byref(result))
 
 
-def directory(data: bytes, count: int, cd_offset: int) -> tuple[memoryview, bool] | None:
+def directory(data: bytes, count: int, cd_offset: int) -> tuple[array[int], bool] | None:
     """A zip central directory's rows (``_cscan.h``) and whether its header offsets increase, or None when the
     scanner is not there or refuses (the Python loop then reads it)."""
     if LIBRARY is None or not ENABLED or not unpickler.FAST_PATHS or not 0 < count <= len(data) // CD_HEADER_SIZE:
         return None
-    rows = bytearray(count * DIRECTORY_FIELDS * 8)
+    rows = array("q", bytes(count * DIRECTORY_FIELDS * 8))
     in_order = ctypes.c_int64()
-    buffer = (ctypes.c_char * len(rows)).from_buffer(rows)
-    if LIBRARY.cs_directory(bytes(data), len(data), count, cd_offset, ctypes.addressof(buffer),
+    if LIBRARY.cs_directory(bytes(data), len(data), count, cd_offset, rows.buffer_info()[0],
                             ctypes.byref(in_order)) != _DONE:
         return None
-    del buffer  # the bytearray may be viewed again
-    return memoryview(rows).cast("q"), bool(in_order.value)
+    return rows, bool(in_order.value)
+
+
+def directory_keys(data: bytes, rows: array[int], count: int) -> tuple[array[int], array[int]] | None:
+    """Of ``directory``'s rows: the number of each storage record ``<prefix>data/<n>`` (-1 for other records) and
+    the row of each number below ``count`` (-1 where none), or None where two records have one number."""
+    assert LIBRARY is not None and len(rows) == count * DIRECTORY_FIELDS
+    number_of_row, row_of_number = array("q", bytes(8 * count)), array("q", bytes(8 * count))
+    if LIBRARY.cs_directory_keys(data, rows.buffer_info()[0], count, number_of_row.buffer_info()[0],
+                                 row_of_number.buffer_info()[0]) < 0:
+        return None
+    return number_of_row, row_of_number
+
+
+def data_offsets(rows: array[int], count: int, cd_offset: int, alignment: int) -> array[int]:
+    """Each record's data offset by torch's rule, -1 where its place does not show torch's layout (rows in header
+    offset order)."""
+    assert LIBRARY is not None and len(rows) == count * DIRECTORY_FIELDS and alignment > 0
+    offsets = array("q", bytes(8 * count))
+    LIBRARY.cs_data_offsets(rows.buffer_info()[0], count, cd_offset, alignment, offsets.buffer_info()[0])
+    return offsets
 
 
 def _ints(address: int | None, count: int) -> memoryview:

@@ -39,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke sizes: 64 MiB tensor, 2,000 tensors")
     p.add_argument("--ratarmount", action="store_true", help="also measure ratarmount on the same files")
     p.add_argument("--workdir", metavar="DIR", help="where checkpoints and mounts go (default: a new /var/tmp dir)")
-    p.add_argument("--keep", action="store_true", help="keep the work directory (a later --workdir run reuses it)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (a later --workdir run reuses it); "
+                   "without it, a --workdir loses only what this run wrote")
     p.add_argument("--sections", default=",".join(DEFAULT_NAMES),
                    help=f"comma-separated subset of {','.join(DEFAULT_NAMES + OPTIONAL_NAMES)} (default: "
                         f"{','.join(DEFAULT_NAMES)})")

@@ -59,6 +59,8 @@ class Bench:
         self.n_many = 0
         self.have_ckptfs = True
         self.have_alt = bool(args.alt_root or args.alt_env)
+        self.started = time.time()
+        """A ``--workdir``'s checkpoints written before this (an earlier ``--keep`` run's) are not removed."""
 
     def setup(self) -> None:
         a = self.args
@@ -293,7 +295,8 @@ class Bench:
                          *(p.name for p in self.workdir.glob("moe-*")),
                          *(p.name for p in self.workdir.glob("values-*") if p.is_file())):
                 with contextlib.suppress(OSError):
-                    (self.workdir / name).unlink()
+                    if (self.workdir / name).stat().st_mtime >= self.started:
+                        (self.workdir / name).unlink()
             for name in ("bin", "mnt", "views", "scale-cache", "metadata-cache",
                          *(p.name for p in self.workdir.glob("values-tree-*"))):
                 shutil.rmtree(self.workdir / name, ignore_errors=True)

@@ -20,6 +20,7 @@ import ckptfs
 import ckptfs.fs.layout
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.fs.files import value_bytes
+from ckptfs.fs.index import make_index, sized_index
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.names import (
     CONTROL_DIR,
@@ -82,6 +83,24 @@ def test_keys_of_one_container_get_distinct_reversible_names(keys: list[Any]) ->
                                                                              if type(k) is int})
     whole = [(name, key) for name, key in zip(names, distinct) if "%~" not in name]  # a shortened name has no key
     assert _decodes_in([name for name, _ in whole], distinct) == [encode_key(key) for _, key in whole]
+
+
+_state_dict_keys = st.one_of(
+    st.from_regex(r"[a-z_]{1,8}(\.[0-9a-z_]{1,12}){0,5}", fullmatch=True),
+    st.text(st.characters(codec="utf-8"), min_size=55, max_size=300),
+    st.sampled_from([".hidden", "w.json", "a.npy", "b.safetensors", "x.q_scales", "", "a/b", "a%b", "\x7f", "é",
+                     "%", "-0", "7", "a" * 60, "a" * 61, "ä" * 61, "w.json.x"]))
+
+
+@given(st.lists(_state_dict_keys, max_size=40, unique=True))
+@example(["layer.0.weight", ".hidden"])
+@example(["layer.0.weight", "w.json"])
+@example(["layer.0.weight", "a/b"])
+@example(["layer.0.weight", ""])
+@example(["layer.0.weight", "ä" * 61, "a" * 61])
+def test_str_keys_are_named_in_bulk_as_one_by_one(keys: list[str]) -> None:
+    """A container of str keys only (a state dict) is named a column at a time: the names each key has alone."""
+    assert child_names(keys) == [entry_name(key) for key in keys]
 
 
 def test_repeated_keys_get_a_position_suffix() -> None:
@@ -268,6 +287,7 @@ def index_kind(container: Any) -> str:
 def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name: str) -> None:
     with ckptfs.open(corpus[name].path) as ck:
         layout = Layout(ck)
+        _check_index_size(layout)
         index = json.loads(layout.index_bytes())
         assert index["ckptfs_index"] == 3
         assert index["safetensors"][:1] == (["model.safetensors"] if ck.tensors else [])
@@ -370,11 +390,20 @@ def test_random_trees(tmp_path: Path, shape: dict[Any, Any]) -> None:
                 assert node.parent is not None
                 resolved = layout.lookup("/" + resolve(layout.path_of(node.parent), target))
                 assert resolved is not None and resolved.kind in (Kind.DIR, Kind.TENSOR, Kind.VIEW)
+        _check_index_size(layout)
         index = json.loads(layout.index_bytes())
         assert [t["path"] for t in index["tensors"]] == [[encode_key(k) for k in t.path] for t in ck.tensors]
         for listed, tensor in zip(index["tensors"], ck.tensors):
             node = layout.lookup("/" + listed["file"])
             assert node is not None and node.value is tensor
+
+
+def _check_index_size(layout: Layout) -> None:
+    """The index's size counted (kept up to a bound, or not at all) is its length, as a listing shows it."""
+    index = make_index(layout)
+    for bound in (0, len(index) // 2, len(index) - 1, len(index), 1 << 40):
+        assert sized_index(layout, bound) == (len(index), index if len(index) <= bound else None), bound
+    assert layout.size(layout.control.head[0]) == len(index)
 
 
 def resolve(base: str, relative: str) -> str:

@@ -41,11 +41,25 @@ static int fail(const char *what, int64_t row) {
 static int inside(int64_t at, int64_t len, int64_t size) { return at >= 0 && len >= 0 && at + len <= size; }
 
 /* The rows of an accepted scan point inside the input and inside one another. */
-static int rows_hold(const cs_result *r, int64_t len) {
+/* A storage row's key number against its text: -1, or the value of decimal digits without a leading zero. */
+static int key_number_holds(const uint8_t *data, const int64_t *s) {
+    char text[24];
+    if (s[7] == -1) {
+        if (s[3] > 18 || s[3] < 1) return 1;
+        int64_t k = 0;
+        while (k < s[3] && data[s[2] + k] >= '0' && data[s[2] + k] <= '9') k++;
+        return k < s[3] || (data[s[2]] == '0' && s[3] > 1);
+    }
+    int n = snprintf(text, sizeof text, "%lld", (long long)s[7]);
+    return s[7] >= 0 && n == s[3] && memcmp(text, data + s[2], (size_t)n) == 0;
+}
+
+static int rows_hold(const cs_result *r, const uint8_t *data, int64_t len) {
     if (r->end < 1 || r->end > len) return fail("end", 0);
     for (int64_t i = 0; i < r->storage_rows; i++) {
         const int64_t *s = r->storages + i * 8;
-        if (!inside(s[0], s[1], len) || !inside(s[2], s[3], len) || !inside(s[4], s[5], len) || s[6] < 0)
+        if (!inside(s[0], s[1], len) || !inside(s[2], s[3], len) || !inside(s[4], s[5], len) || s[6] < 0 ||
+            !key_number_holds(data, s))
             return fail("storage", i);
     }
     for (int64_t i = 0; i < r->tensor_rows; i++) {
@@ -174,6 +188,35 @@ static int dcp_rows_hold(const cs_dcp_result *r, int64_t len) {
     return 1;
 }
 
+/* Numbers and data offsets of accepted rows: each number's row names it, and a computed data offset leaves room
+ * for the local header before it and ends at or before the next record. */
+static int directory_columns_hold(const uint8_t *exact, const int64_t *rows, int64_t count, int64_t cd_offset,
+                                  int64_t in_order) {
+    int64_t *numbers = malloc((size_t)(count ? count : 1) * 3 * sizeof(int64_t));
+    if (!numbers) return 0;
+    int64_t *row_of = numbers + count, *offsets = numbers + 2 * count;
+    int ok = 1;
+    int64_t found = cs_directory_keys(exact, rows, count, numbers, row_of);
+    for (int64_t i = 0; ok && found >= 0 && i < count; i++) {
+        if (numbers[i] < -1 || numbers[i] >= count || (numbers[i] >= 0 && row_of[numbers[i]] != i))
+            ok = fail("directory numbers", i);
+        if (row_of[i] < -1 || row_of[i] >= count || (row_of[i] >= 0 && numbers[row_of[i]] != i))
+            ok = fail("directory rows of numbers", i);
+    }
+    static const int64_t alignments[] = {1, 64, 4096};
+    for (int a = 0; ok && in_order && a < 3; a++) {
+        cs_data_offsets(rows, count, cd_offset, alignments[a], offsets);
+        for (int64_t i = 0; ok && i < count; i++) {
+            const int64_t *r = rows + i * CS_DIRECTORY_FIELDS;
+            int64_t next = i + 1 < count ? r[CS_DIRECTORY_FIELDS + 6] : cd_offset;
+            if (offsets[i] != -1 && (offsets[i] < r[6] + 30 + r[1] || offsets[i] + r[4] > next))
+                ok = fail("directory data offset", i);
+        }
+    }
+    free(numbers);
+    return ok;
+}
+
 /* The directory reader on the input, with the entry count its signatures suggest (and one more): accepted rows
  * must lie inside the input and below cd_offset. */
 static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
@@ -194,6 +237,7 @@ static int directory_once(const uint8_t *exact, int64_t len, int *accepted) {
                     ok = fail("directory", i);
             }
             if (in_order != 0 && in_order != 1) ok = fail("directory order", 0);
+            if (ok) ok = directory_columns_hold(exact, rows, count, cd_offset, in_order);
         } else if (status != CS_REFUSED) {
             ok = fail("directory status", status);
         }
@@ -212,7 +256,7 @@ static int scan_once(const uint8_t *src, int64_t len, int64_t max_memo, int64_t 
     int ok = 1;
     if (status == CS_DONE) {
         *accepted = 1;
-        ok = rows_hold(&r, len);
+        ok = rows_hold(&r, exact, len);
         cs_free(&r);
     } else if (status != CS_REFUSED) {
         ok = fail("status", status);
