@@ -73,8 +73,6 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         if log_fd is not None:
             os.close(log_fd)
         raise
-    # The parsed tree lives as long as the mount: keep the collector from walking it again and again.
-    gc.freeze()
 
     def serve(notify: Notify | None) -> None:
         _serve(checkpoint, layout, target, options, notify)
@@ -104,6 +102,9 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
         except BaseException:
             checkpoint.close()
             raise
+        # The parsed tree lives as long as the mount: keep the collector from walking it again and again, starting
+        # with the full collection that the allocations counted while paused would set off once it is back on.
+        gc.freeze()
     return checkpoint, layout
 
 
