@@ -36,7 +36,8 @@ def mount_options(args: argparse.Namespace) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    mount(args.source, args.mountpoint, args.mount_options, args.limits, remote_options(args), cache_dir(args))
+    mount(args.source, args.mountpoint, args.mount_options, args.limits, remote_options(args), cache_dir(args),
+          leave_to_exit=True)
     return 0
 
 

@@ -51,11 +51,16 @@ READ_AHEAD_KB = 1024
 
 Notify = Callable[[], None]
 
+_LEFT_TO_EXIT: list[tuple[Checkpoint, Layout]] = []
+"""The parsed trees of the background mounts started with ``leave_to_exit``: the daemon serves its own copy, and the
+command ends with ``os._exit`` without freeing this one object by object."""
+
 
 def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits(),
-          remote: RemoteOptions = RemoteOptions(), cache_dir: Path | None = None) -> None:
+          remote: RemoteOptions = RemoteOptions(), cache_dir: Path | None = None, leave_to_exit: bool = False) -> None:
     """Mounts ``source`` (a path or a URL, reached as ``remote`` says) read-only at ``mountpoint``; the parse
-    is cached below ``cache_dir`` (``ckptfs.cache``), if given.
+    is cached below ``cache_dir`` (``ckptfs.cache``), if given. ``leave_to_exit``: a command about to end with
+    ``os._exit`` keeps its copy of the parsed tree to the end instead of freeing it on return.
 
     Returns once the mount answers; in the foreground, once it is unmounted again.
     Raises CkptfsError (MountError for mount problems) with nothing left mounted.
@@ -88,6 +93,8 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
+        if leave_to_exit:
+            _LEFT_TO_EXIT.append((checkpoint, layout))
 
 
 def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path | None,
