@@ -31,16 +31,14 @@ from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.fs.layout import Layout
 from ckptfs.fuse import daemon_log
-from ckptfs.fuse.auto_unmount import start_watcher
 from ckptfs.fuse.bindings import INSTALL_HINT
 from ckptfs.fuse.mount_options import MountOptions, check_options, libfuse_flags
 from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
-from ckptfs.fuse.unmount import run_unmount, unmount
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.sources import RemoteOptions, is_url
 
-__all__ = ["MountOptions", "mount", "unmount"]
+__all__ = ["MountOptions", "mount"]
 
 FUSE_DEVICE = "/dev/fuse"
 READY = b"\0"
@@ -168,6 +166,8 @@ def _when_answering(target: str, auto_unmount: bool, notify: Notify | None) -> N
         return
     raise_read_ahead(device)
     if auto_unmount:
+        from ckptfs.fuse.auto_unmount import start_watcher  # here: it imports subprocess, which a mount does without
+
         start_watcher(target)
     if notify is not None:
         notify()
@@ -198,6 +198,8 @@ def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | No
     if ready:
         return
     if target in mount_points():
+        from ckptfs.fuse.unmount import run_unmount  # here: it imports subprocess, which a mount does without
+
         run_unmount(target, lazy=True)
     lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
     raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
