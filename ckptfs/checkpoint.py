@@ -21,10 +21,11 @@ from ckptfs.reading.extents import Extent, chunk_extents, stored_extents
 from ckptfs.reading.storage import StorageReader
 from ckptfs.reading.tensor import read_tensor
 from ckptfs.sources import ByteSource, DirectorySource, RemoteOptions, hint_extents, open_source
-from ckptfs.writing import TensorWriter, refusal_of_archive
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ckptfs.writing import TensorWriter
 
 
 class Checkpoint:
@@ -182,6 +183,8 @@ class Checkpoint:
 
     def open_for_writing(self) -> None:
         """Lets ``write`` write tensors' bytes into the file in place; NotWritableError saying why it cannot."""
+        from ckptfs.writing import TensorWriter, refusal_of_archive  # here: its threads and isal serve writes only
+
         parsed = self._reader.parsed
         refusal = refusal_of_archive(parsed, self.source)
         if refusal is not None:

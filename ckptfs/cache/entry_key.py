@@ -3,11 +3,14 @@ numpy, which it needs), so that a command that finds no entry never imports nump
 
 from __future__ import annotations
 
-import hashlib
+try:
+    from _blake2 import blake2b  # hashlib's own: hashlib itself loads OpenSSL's libcrypto and sets up every digest
+except ImportError:  # a Python built without its own blake2
+    from hashlib import blake2b
 
 FORMAT_VERSION = 2
 """Raised whenever what an entry holds, or how, changes: an entry of another version is a miss."""
 
 
 def key_digest(key: str) -> bytes:
-    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=32).digest()
+    return blake2b(key.encode("utf-8", "surrogatepass"), digest_size=32).digest()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -56,6 +55,8 @@ class MetadataStore:
     def write(self, key: str, data: bytes) -> None:
         if len(data) > MAX_ENTRY_BYTES or len(data) > self.max_bytes:
             return
+        import tempfile  # here: only a write needs it, and a start that finds no entry does without it
+
         fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.folder)  # mode 0600
         try:
             with os.fdopen(fd, "wb") as file:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ckptfs.cli.cache_options import add_cache_options
-from ckptfs.cli.compare import Comparison, Outcome
-from ckptfs.cli.diff_match import Entry, entries, paired
 from ckptfs.cli.listing import PADDED_FILE_CHARS, human_size, shape_text
 from ckptfs.cli.output import write_text
 from ckptfs.cli.printable import printable
@@ -19,6 +17,10 @@ from ckptfs.counts import counted
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.jsontext import dumps
 from ckptfs.model.records import Tensor
+
+if TYPE_CHECKING:
+    from ckptfs.cli.compare import Outcome
+    from ckptfs.cli.diff_match import Entry
 
 SAME, DIFFERENT, TROUBLE = 0, 1, 2
 """Exit statuses, as diff(1)'s."""
@@ -66,6 +68,9 @@ def _threads(text: str) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from ckptfs.cli.compare import Comparison  # here: its thread pool is for diff alone, and every command imports this
+    from ckptfs.cli.diff_match import entries, paired
+
     started = time.monotonic()
     with gc_paused(), opened(args, args.a) as a, opened(args, args.b) as b:
         pairs = paired(entries(a), entries(b))
@@ -198,7 +203,7 @@ def summary_text(counts: dict[str, int], value_counts: dict[str, int], aliases: 
 
 def _place_fields(outcome: Outcome | ValueOutcome) -> dict[str, Any]:
     place = outcome.place
-    record: dict[str, Any] = {"type": "tensor" if isinstance(outcome, Outcome) else "value", "key": place.dotted,
+    record: dict[str, Any] = {"type": "value" if isinstance(outcome, ValueOutcome) else "tensor", "key": place.dotted,
                               "file": place.file, "path": place.path(), "status": outcome.status}
     if outcome.place_a is not None and outcome.place_b is not None and outcome.place_b.file != place.file:
         record["file_b"], record["path_b"] = outcome.place_b.file, outcome.place_b.path()

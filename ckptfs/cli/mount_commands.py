@@ -13,7 +13,7 @@ from ckptfs.cli.global_options import add_global_options, add_limit_option
 from ckptfs.cli.output import write_text
 from ckptfs.cli.remote_options import add_remote_options, remote_options
 from ckptfs.errors import CkptfsError
-from ckptfs.fuse.mount import MountOptions, mount, unmount
+from ckptfs.fuse.mount import MountOptions, mount
 from ckptfs.fuse.mount_options import check_options, group_id, user_id, with_options
 
 
@@ -36,12 +36,15 @@ def mount_options(args: argparse.Namespace) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> int:
-    mount(args.source, args.mountpoint, args.mount_options, args.limits, remote_options(args), cache_dir(args))
+    mount(args.source, args.mountpoint, args.mount_options, args.limits, remote_options(args), cache_dir(args),
+          leave_to_exit=True)
     return 0
 
 
 def cmd_umount(args: argparse.Namespace) -> int:
     """Unmounts every mount point given; each failure is its own line, and the others are still unmounted."""
+    from ckptfs.fuse.unmount import unmount  # here: it imports subprocess, which a mount does without
+
     failed = 0
     for mountpoint in args.mountpoints:
         try:

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.fake:
             chosen = None if options.cache_dir is None else Path(options.cache_dir)
             mount(args.source, args.mountpoint, options,
-                  cache_dir=chosen_cache_dir(options.no_cache, chosen, f"-o cache_dir={options.cache_dir}"))
+                  cache_dir=chosen_cache_dir(options.no_cache, chosen, f"-o cache_dir={options.cache_dir}"),
+                  leave_to_exit=True)
     except CkptfsError as exc:
         print(f"ckptfs: {exc}", file=sys.stderr)
         return FAILED

@@ -18,16 +18,7 @@ from ckptfs.errors import (
     NotACheckpointError,
     UnsupportedError,
 )
-from ckptfs.formats import (
-    dcp,
-    dcp_directory,
-    hf_directory,
-    legacy,
-    legacy_tar,
-    pt2,
-    safetensors_file,
-    zip_checkpoint,
-)
+from ckptfs.formats import dcp, legacy, legacy_tar, pt2, safetensors_file, zip_checkpoint
 from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import LOCAL_SIG, ends_with_records
@@ -51,6 +42,8 @@ class Format(NamedTuple):
 def open_parsed(source: ByteSource, limits: Limits) -> ParsedCheckpoint:
     """The source's checkpoint, by content; a set of sources (a directory) is a checkpoint of several files."""
     if isinstance(source, SourceSet):
+        from ckptfs.formats import dcp_directory, hf_directory  # here: directories' formats, which a file does without
+
         if not dcp_directory.metadata_files(source):
             members = hf_directory.safetensors_members(source)
             if hf_directory.is_safetensors_directory(source, members):

@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from ckptfs.fs.nest import Group, nested
 from ckptfs.model.records import Key, Tensor
-from ckptfs.model.tree import children, is_container
+from ckptfs.model.tree import CONTAINER_TYPES, children
 
 POSITION_BITS = 32
 """A first place is ``container number << POSITION_BITS | position``: positions stay below ``max_tree_nodes``."""
@@ -80,8 +80,9 @@ class Places:
             starts.append(next_block)
             next_block += slots * len(pairs)
             values = pairs.values if isinstance(pairs, DictPairs) else [child for _, child in pairs]
-            if not any(map(holds, values)):
-                self._leaves(values, number, branch)
+            kinds = set(map(type, values))  # the children's few types, found in C: a state dict holds 200,000
+            if not any(issubclass(kind, HOLDERS) for kind in kinds):
+                self._leaves(values, number, branch, all(issubclass(kind, Tensor) for kind in kinds))
                 continue
             for index in range(len(pairs) - 1, -1, -1):
                 child = values[index]
@@ -89,12 +90,16 @@ class Places:
                         else holds(child) and id(child) not in self._first):
                     stack.append((child, number, index, child if number == 1 else branch))
 
-    def _leaves(self, values: list[Any], number: int, branch: Any) -> None:
+    def _leaves(self, values: list[Any], number: int, branch: Any, tensors_only: bool) -> None:
         """``_walk`` for the children of container ``number`` when none is a container: they are met next, in order,
-        so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000)."""
+        so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000); the first of a
+        tensor's places within them wins."""
         base = number << POSITION_BITS
-        found = {value: base | index for index, value in reversed(list(enumerate(values)))
-                 if isinstance(value, Tensor)}
+        if tensors_only:
+            found = dict(zip(reversed(values), range(base + len(values) - 1, base - 1, -1)))
+        else:
+            found = {value: base | index for index, value in reversed(list(enumerate(values)))
+                     if isinstance(value, Tensor)}
         for seen in found.keys() & self._tensor_first.keys():
             del found[seen]
         self._tensor_first.update(found)
@@ -140,9 +145,12 @@ class Places:
         return id(top_child) in self._holding_tensors
 
 
+HOLDERS = (*CONTAINER_TYPES, Group)
+
+
 def holds(value: Any) -> bool:
     """A container of the tree, or a directory made by ``--nest``."""
-    return is_container(value) or isinstance(value, Group)
+    return isinstance(value, HOLDERS)
 
 
 class DictPairs(Sequence[tuple[Key, Any]]):

@@ -31,16 +31,14 @@ from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.fs.layout import Layout
 from ckptfs.fuse import daemon_log
-from ckptfs.fuse.auto_unmount import start_watcher
 from ckptfs.fuse.bindings import INSTALL_HINT
 from ckptfs.fuse.mount_options import MountOptions, check_options, libfuse_flags
 from ckptfs.fuse.mount_table import DEAD_MOUNT_ERRORS, absolute_mountpoint, is_dead, mount_points
-from ckptfs.fuse.unmount import run_unmount, unmount
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.sources import RemoteOptions, is_url
 
-__all__ = ["MountOptions", "mount", "unmount"]
+__all__ = ["MountOptions", "mount"]
 
 FUSE_DEVICE = "/dev/fuse"
 READY = b"\0"
@@ -51,11 +49,16 @@ READ_AHEAD_KB = 1024
 
 Notify = Callable[[], None]
 
+_LEFT_TO_EXIT: list[tuple[Checkpoint, Layout]] = []
+"""The parsed trees of the background mounts started with ``leave_to_exit``: the daemon serves its own copy, and the
+command ends with ``os._exit`` without freeing this one object by object."""
+
 
 def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), limits: Limits = Limits(),
-          remote: RemoteOptions = RemoteOptions(), cache_dir: Path | None = None) -> None:
+          remote: RemoteOptions = RemoteOptions(), cache_dir: Path | None = None, leave_to_exit: bool = False) -> None:
     """Mounts ``source`` (a path or a URL, reached as ``remote`` says) read-only at ``mountpoint``; the parse
-    is cached below ``cache_dir`` (``ckptfs.cache``), if given.
+    is cached below ``cache_dir`` (``ckptfs.cache``), if given. ``leave_to_exit``: a command about to end with
+    ``os._exit`` keeps its copy of the parsed tree to the end instead of freeing it on return.
 
     Returns once the mount answers; in the foreground, once it is unmounted again.
     Raises CkptfsError (MountError for mount problems) with nothing left mounted.
@@ -73,8 +76,6 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         if log_fd is not None:
             os.close(log_fd)
         raise
-    # The parsed tree lives as long as the mount: keep the collector from walking it again and again.
-    gc.freeze()
 
     def serve(notify: Notify | None) -> None:
         _serve(checkpoint, layout, target, options, notify)
@@ -90,6 +91,8 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
+        if leave_to_exit:
+            _LEFT_TO_EXIT.append((checkpoint, layout))
 
 
 def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path | None,
@@ -104,6 +107,9 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
         except BaseException:
             checkpoint.close()
             raise
+        # The parsed tree lives as long as the mount: keep the collector from walking it again and again, starting
+        # with the full collection that the allocations counted while paused would set off once it is back on.
+        gc.freeze()
     return checkpoint, layout
 
 
@@ -160,6 +166,8 @@ def _when_answering(target: str, auto_unmount: bool, notify: Notify | None) -> N
         return
     raise_read_ahead(device)
     if auto_unmount:
+        from ckptfs.fuse.auto_unmount import start_watcher  # here: it imports subprocess, which a mount does without
+
         start_watcher(target)
     if notify is not None:
         notify()
@@ -190,6 +198,8 @@ def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | No
     if ready:
         return
     if target in mount_points():
+        from ckptfs.fuse.unmount import run_unmount  # here: it imports subprocess, which a mount does without
+
         run_unmount(target, lazy=True)
     lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
     raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")

@@ -9,7 +9,6 @@ for integers beyond ±2**53), ``$float`` (``nan``, ``inf``, ``-inf``),
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
@@ -47,10 +46,9 @@ def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"$float": repr(value)}
     if isinstance(value, str):
-        return value if not has_surrogates(value) else {"$str": base64.b64encode(
-            value.encode("utf-8", "surrogatepass")).decode("ascii")}
+        return value if not has_surrogates(value) else {"$str": _base64(value.encode("utf-8", "surrogatepass"))}
     if isinstance(value, (bytes, bytearray)):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+        return {"$bytes": _base64(bytes(value))}
     if isinstance(value, complex):
         return {"$complex": [encode_leaf(value.real), encode_leaf(value.imag)]}
     if isinstance(value, Global):
@@ -63,8 +61,14 @@ def encode_leaf(value: Any, set_depth: int = SET_DEPTH) -> Any:
         return encode_leaf(value.value)
     if isinstance(value, NumpyArray):
         return {"$ndarray": {"dtype": value.dtype, "shape": list(value.shape), "fortran_order": value.fortran_order,
-                             "data": base64.b64encode(value.data or b"").decode("ascii")}}
+                             "data": _base64(value.data or b"")}}
     return {"$repr": short_repr(value, 200)}
+
+
+def _base64(data: bytes) -> str:
+    import base64  # here: few values need it, and a mount's start does without it
+
+    return base64.b64encode(data).decode("ascii")
 
 
 def _text_within(value: Any, limit: int) -> bool:

@@ -22,8 +22,11 @@ KWARGS_KEY = "__kwargs__"
 STATE_KEY = "__state__"
 
 
+CONTAINER_TYPES = (dict, list, tuple, PickledObject, SparseTensor, NestedTensor)
+
+
 def is_container(value: Any) -> bool:
-    return isinstance(value, (dict, list, tuple, PickledObject, SparseTensor, NestedTensor))
+    return isinstance(value, CONTAINER_TYPES)
 
 
 def children(value: Any) -> list[tuple[Key, Any]]:

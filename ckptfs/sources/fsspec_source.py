@@ -8,7 +8,6 @@ checked path for s3:// and http(s)://. fsspec is imported only when such a sourc
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from ckptfs.errors import NoSuchObjectError, SourceError, UnsupportedError
@@ -118,6 +117,8 @@ def _describe(exc: Exception) -> str:
 
 
 def _mtime_ns(info: dict[str, Any]) -> int:
+    from datetime import datetime  # here: a local file's start never makes this source
+
     for key in ("LastModified", "mtime", "updated", "last_modified", "created", "creation_time"):
         value = info.get(key)
         if isinstance(value, datetime):
