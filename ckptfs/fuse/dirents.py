@@ -6,31 +6,25 @@ entries makes 600,000 calls, each a ctypes call from Python.
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import os
 from pathlib import Path
 from typing import Any
+
+from ckptfs.compiled import load_extension
 
 _HERE = Path(__file__).parent
 
 
 def _load() -> tuple[Any, str]:
     """``cd_add_entries`` and how ``--version`` names the loop: why it is not used when it is not."""
-    if os.environ.get("CKPTFS_DIRENTS_COMPILED", "1") == "0":
-        return None, "Python (CKPTFS_DIRENTS_COMPILED=0)"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = _HERE / ("_cdirents" + suffix)
-        if path.is_file():
-            try:
-                function = ctypes.CDLL(str(path)).cd_add_entries
-            except (OSError, AttributeError) as exc:
-                return None, f"Python (the compiled loop does not load: {exc})"
-            function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
-                                 ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
-            function.restype = ctypes.c_size_t
-            return function, f"compiled ({path.name})"
-    return None, "Python (no compiled loop was built)"
+    library, found = load_extension(_HERE, "_cdirents", "CKPTFS_DIRENTS_COMPILED", "loop", ("cd_add_entries",))
+    if library is None:
+        return None, f"Python ({found})"
+    function = library.cd_add_entries
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
+                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
+    function.restype = ctypes.c_size_t
+    return function, f"compiled ({found})"
 
 
 COMPILED, PATH_NAME = _load()
