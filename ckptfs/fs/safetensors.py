@@ -32,6 +32,7 @@ from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.nest import Group
 from ckptfs.fs.places import DictPairs
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
+from ckptfs.model.dtypes import DType
 from ckptfs.model.encoding import key_text
 from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
@@ -104,6 +105,10 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     return found, left_out
 
 
+_DTYPE, _ITEMSIZE = attrgetter("dtype"), attrgetter("dtype.itemsize")
+_HAS_DATA, _QUANTIZATION = attrgetter("has_data"), attrgetter("quantization")
+
+
 BULK_MEMBERS = 64
 """Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
 
@@ -120,7 +125,8 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     names = [prefix + key for key in keys] if prefix else keys
     dtypes = list(map(_DTYPE, tensors))
     kinds = dict(zip(map(id, dtypes), dtypes)).values()
-    if (any(dtype.is_quantized or dtype.name not in DTYPE_NAMES or dtype.name == PACKED_F4 for dtype in kinds)
+    # float4_e2m1fn_x2 is held but for its 0-d tensors, which only the walk a child at a time tells apart.
+    if (any(_dtype_unsupported(dtype) or dtype.name == PACKED_F4 for dtype in kinds)
             or not all(map(_HAS_DATA, tensors)) or any(map(_QUANTIZATION, tensors)) or METADATA_KEY in names):
         return False
     unique = set(names)
@@ -136,10 +142,6 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     return True
 
 
-_DTYPE, _ITEMSIZE = attrgetter("dtype"), attrgetter("dtype.itemsize")
-_HAS_DATA, _QUANTIZATION = attrgetter("has_data"), attrgetter("quantization")
-
-
 def _by_itemsize(found: Members) -> Members:
     """The members ordered by element size, largest first, keeping their order among equals."""
     sizes = list(map(_ITEMSIZE, found.tensors))
@@ -153,10 +155,11 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
     """Why safetensors cannot hold this tensor under this name; empty if it can."""
     if not tensor.has_data:
         return "no data"
-    if tensor.quantization is not None or tensor.dtype.is_quantized:
+    if tensor.quantization is not None:
         return "quantized"
-    if tensor.dtype.name not in DTYPE_NAMES:
-        return f"dtype {tensor.dtype.name}"
+    reason = _dtype_unsupported(tensor.dtype)
+    if reason:
+        return reason
     if tensor.dtype.name == PACKED_F4 and not tensor.shape:
         return "a 0-d float4_e2m1fn_x2 has no safetensors shape"
     if name in seen:
@@ -167,6 +170,15 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "name not UTF-8"
+    return ""
+
+
+def _dtype_unsupported(dtype: DType) -> str:
+    """Why safetensors cannot hold any tensor of this dtype; empty if it can."""
+    if dtype.is_quantized:
+        return "quantized"
+    if dtype.name not in DTYPE_NAMES:
+        return f"dtype {dtype.name}"
     return ""
 
 
