@@ -31,23 +31,32 @@ COMPILED, PATH_NAME = _load()
 
 
 class Names:
-    """A window's names; for the compiled loop also as it takes them, each NUL-terminated one after another (None
-    when a name holds a NUL: the Python loop then adds them, as C would read such a name cut short)."""
+    """A window's names; for the compiled loop also as it takes them (``text``)."""
 
-    __slots__ = ("names", "count", "text")
+    __slots__ = ("names", "count", "_text")
 
     def __init__(self, names: list[bytes]) -> None:
         self.names = names
         self.count = len(names)
-        text = b"\0".join(names) + b"\0" if COMPILED is not None else None
-        self.text = text if text is None or text.count(0) == len(names) else None
+        self._text: bytes | None = b""
+        """b"": not made yet (a made text holds a NUL at least)."""
+
+    @property
+    def text(self) -> bytes | None:
+        """The names each NUL-terminated one after another, made on first use: only the low-level lister's
+        ``add_entries`` takes them, not the high-level API's filler (``-o rw``). None when a name holds a NUL: the
+        Python loop then adds them, as C would read such a name cut short."""
+        if self._text == b"":
+            text = b"\0".join(self.names) + b"\0"
+            self._text = text if text.count(0) == self.count else None
+        return self._text
 
 
 def add_entries(add: Any, req: int, buf: int, size: int, used: int, names: Names, entries: int, stride: int,
                 start: int, first: int) -> tuple[int, int]:
     """Adds entries from ``first`` on with ``add`` (libfuse's function) until the buffer is full: the bytes taken
     in all, and the first entry not added (``names.count`` when all were)."""
-    if names.text is not None:
+    if COMPILED is not None and names.text is not None:
         next_entry = ctypes.c_int64()
         used = COMPILED(ctypes.cast(add, ctypes.c_void_p), req, buf, size, used, names.text, entries, stride, start,
                         first, names.count, ctypes.byref(next_entry))
