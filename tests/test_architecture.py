@@ -10,8 +10,8 @@ import ckptfs
 PACKAGE = Path(ckptfs.__file__).parent
 
 LAYERS = [
-    ["ckptfs.errors", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts", "ckptfs.output_files",
-     "ckptfs.write_back"],
+    ["ckptfs.errors", "ckptfs.compiled", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts",
+     "ckptfs.output_files", "ckptfs.write_back"],
     ["ckptfs.sources"],
     ["ckptfs.pickle"],
     ["ckptfs.model"],

@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from ckptfs.fs.describe import tensor_metadata
-from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths, dumps
+from ckptfs.model.jsontext import decimal_lengths, dumps
 from ckptfs.model.records import Tensor
 
 _FIELDS = attrgetter("dtype.name", "shape", "stride", "storage_offset", "requires_grad", "is_parameter", "kind",
@@ -54,12 +54,7 @@ def chunk_template(tensor: Tensor, path: str, written_text: Callable[[str], str]
     def lengths(tensors: list[Tensor]) -> list[int]:
         chunks = [t.chunks[0] for t in tensors]  # type: ignore[index]
         starts, ends = [c.start for c in chunks], [c.start + c.length for c in chunks]
-        if bulk and min(starts, default=0) >= 0 and max(ends, default=0) < DECIMAL_LIMIT:
-            import numpy as np  # here: a command line that lists no big directory starts without it
-
-            both = decimal_lengths(np.array(starts, dtype=np.int64)) + decimal_lengths(np.array(ends, dtype=np.int64))
-            return (2 * both).tolist()  # type: ignore[no-any-return]
-        return [2 * (len(int.__repr__(s)) + len(int.__repr__(e))) for s, e in zip(starts, ends)]
+        return [2 * n for n in decimal_lengths([(starts, 0), (ends, 0)], bulk)]  # each written twice
 
     return text, varying, lengths
 

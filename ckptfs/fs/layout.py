@@ -301,7 +301,7 @@ class Layout(Contents):
             self._made = None
             found, left_out = members(node.value, MemberTree(self.places.pairs, self.places.is_first_place))
             ck = self.checkpoint
-            made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes, self.bulk)
+            made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
             self._made = (node.ino, made)
             return made
 

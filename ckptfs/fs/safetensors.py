@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
+from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -32,8 +33,9 @@ from ckptfs.formats.safetensors_file import DTYPE_NAMES, PACKED_F4
 from ckptfs.fs.nest import Group
 from ckptfs.fs.places import DictPairs
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
+from ckptfs.model.dtypes import DType
 from ckptfs.model.encoding import key_text
-from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths
+from ckptfs.model.jsontext import ascending_decimal_length
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.model.tree import is_container
 from ckptfs.reading.extents import Extent
@@ -104,6 +106,10 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     return found, left_out
 
 
+_DTYPE, _ITEMSIZE = attrgetter("dtype"), attrgetter("dtype.itemsize")
+_HAS_DATA, _QUANTIZATION = attrgetter("has_data"), attrgetter("quantization")
+
+
 BULK_MEMBERS = 64
 """Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
 
@@ -120,7 +126,8 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     names = [prefix + key for key in keys] if prefix else keys
     dtypes = list(map(_DTYPE, tensors))
     kinds = dict(zip(map(id, dtypes), dtypes)).values()
-    if (any(dtype.is_quantized or dtype.name not in DTYPE_NAMES or dtype.name == PACKED_F4 for dtype in kinds)
+    # float4_e2m1fn_x2 is held but for its 0-d tensors, which only the walk a child at a time tells apart.
+    if (any(_dtype_unsupported(dtype) or dtype.name == PACKED_F4 for dtype in kinds)
             or not all(map(_HAS_DATA, tensors)) or any(map(_QUANTIZATION, tensors)) or METADATA_KEY in names):
         return False
     unique = set(names)
@@ -136,10 +143,6 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     return True
 
 
-_DTYPE, _ITEMSIZE = attrgetter("dtype"), attrgetter("dtype.itemsize")
-_HAS_DATA, _QUANTIZATION = attrgetter("has_data"), attrgetter("quantization")
-
-
 def _by_itemsize(found: Members) -> Members:
     """The members ordered by element size, largest first, keeping their order among equals."""
     sizes = list(map(_ITEMSIZE, found.tensors))
@@ -153,10 +156,11 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
     """Why safetensors cannot hold this tensor under this name; empty if it can."""
     if not tensor.has_data:
         return "no data"
-    if tensor.quantization is not None or tensor.dtype.is_quantized:
+    if tensor.quantization is not None:
         return "quantized"
-    if tensor.dtype.name not in DTYPE_NAMES:
-        return f"dtype {tensor.dtype.name}"
+    reason = _dtype_unsupported(tensor.dtype)
+    if reason:
+        return reason
     if tensor.dtype.name == PACKED_F4 and not tensor.shape:
         return "a 0-d float4_e2m1fn_x2 has no safetensors shape"
     if name in seen:
@@ -167,6 +171,15 @@ def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "name not UTF-8"
+    return ""
+
+
+def _dtype_unsupported(dtype: DType) -> str:
+    """Why safetensors cannot hold any tensor of this dtype; empty if it can."""
+    if dtype.is_quantized:
+        return "quantized"
+    if dtype.name not in DTYPE_NAMES:
+        return f"dtype {dtype.name}"
     return ""
 
 
@@ -182,8 +195,6 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
 _MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
 """A member's entry in the header (``name``: its JSON text)."""
 _MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
-_NUMPY_SUMS = DECIMAL_LIMIT
-"""Offsets below this are summed and counted in int64; beyond it (hostile shapes only) in Python ints."""
 
 
 def _safetensors_shape(tensor: Tensor) -> list[int]:
@@ -193,23 +204,16 @@ def _safetensors_shape(tensor: Tensor) -> list[int]:
     return shape
 
 
-def _digit_count(ends: Any) -> int:
-    """The total length of the decimal texts of the int64 array ``ends`` (none negative)."""
-    return int(decimal_lengths(ends).sum())
-
-
 class SafetensorsFile:
     """One ``model.safetensors``: its members, its size and pieces.
 
     A listing needs only the size: the header's length is computed from the members (per family of
-    dtype and shape, the offsets' digits counted in bulk), and its text is made only when the file is read.
+    dtype and shape, the offsets' digits counted by bisection), and its text is made only when the file is read.
     """
 
     __slots__ = ("names", "tensors", "size", "header_length", "_head", "_header")
 
-    def __init__(self, found: Members, left_out: list[LeftOut], source: str, max_bytes: int,
-                 bulk: bool = True) -> None:
-        """``bulk``: the offsets' digits counted with numpy (``fs.layout.BULK_TENSORS``), else in Python."""
+    def __init__(self, found: Members, left_out: list[LeftOut], source: str, max_bytes: int) -> None:
         self.names, self.tensors = _by_itemsize(found)
         # Names and paths that are not UTF-8 (undecodable bytes kept as surrogates) cannot be written as they are:
         # the path is shown with U+FFFD where its bytes are not UTF-8, and left-out names escaped as JSON escapes.
@@ -218,7 +222,7 @@ class SafetensorsFile:
             "left_out": json.dumps([list(item) for item in left_out], ensure_ascii=not _all_utf8(left_out))}
         self._head = f'{{"{METADATA_KEY}":{json.dumps(metadata, ensure_ascii=False, separators=(",", ":"))}'
         self._header: bytes | None = None
-        members_length, data_length = self._members_length(bulk)
+        members_length, data_length = self._members_length()
         length = len(self._head.encode("utf-8")) + members_length + len("}")
         limit = min(max_bytes, MAX_HEADER_BYTES)
         if length > limit:
@@ -227,7 +231,7 @@ class SafetensorsFile:
         """The header's bytes: its length's 8, the JSON text, the padding."""
         self.size = self.header_length + data_length
 
-    def _members_length(self, bulk: bool) -> tuple[int, int]:
+    def _members_length(self) -> tuple[int, int]:
         """The length in bytes of the members' entries in the header (``_MEMBER``s), and of their data."""
         # Members of one dtype and shape (a family) have entries as long but for their names and offsets.
         families: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -249,17 +253,9 @@ class SafetensorsFile:
         length = (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
         length += sum(text * count for text, count in zip(texts, counts))
         total = sum(size * count for size, count in zip(nbytes, counts))
-        if bulk and total < _NUMPY_SUMS:
-            import numpy as np  # here: a command line that makes no model.safetensors starts without it
-
-            sizes = np.array(nbytes, dtype=np.int64)[np.array(ids, dtype=np.intp)]
-            ends = np.cumsum(sizes)
-            length += _digit_count(ends - sizes) + _digit_count(ends)
-        else:
-            offset = 0
-            for family in ids:
-                length += len(str(offset)) + len(str(offset + nbytes[family]))
-                offset += nbytes[family]
+        ends = list(accumulate(map(nbytes.__getitem__, ids)))
+        starts = [0, *ends[:-1]] if ends else []
+        length += ascending_decimal_length(starts) + ascending_decimal_length(ends)
         return length, total
 
     @property

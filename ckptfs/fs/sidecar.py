@@ -24,7 +24,7 @@ from ckptfs.fs.chunk_sidecar import chunk_family, chunk_template
 from ckptfs.fs.describe import tensor_metadata
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.limits import Limits
-from ckptfs.model.jsontext import DECIMAL_LIMIT, decimal_lengths, dumps, plain_lengths, quote
+from ckptfs.model.jsontext import decimal_lengths, dumps, plain_lengths, quote
 from ckptfs.model.records import Storage, Tensor
 from ckptfs.reading.extents import source_ranges
 
@@ -187,29 +187,13 @@ def _varying_of_family(tensor: Tensor, bulk: bool) -> tuple[_Varying, _Lengths]:
     def lengths(tensors: list[Tensor]) -> list[int]:
         storages: list[Storage] = [t.storage for t in tensors]  # type: ignore[misc]
         offsets = [s.offset for s in storages]
-        keys, records = plain_lengths([s.key for s in storages]), plain_lengths([s.record for s in storages])
-        if bulk and keys is not None and records is not None and _decimal(offsets, delta, nbytes):
-            import numpy as np  # here: a command line that lists no big directory starts without it
-
-            starts = np.array(offsets, dtype=np.int64)
-            found = np.add(keys, records) + decimal_lengths(starts)
-            if one_range:
-                found += len("[[, ]]") + decimal_lengths(starts + delta) + decimal_lengths(starts + (delta + nbytes))
-            else:
-                found += len("null")
-            return found.tolist()  # type: ignore[no-any-return]
-        found = [len(quote(s.key)) + len(quote(s.record)) + len(int.__repr__(s.offset)) for s in storages]
-        if not one_range:
-            return [length + len("null") for length in found]
-        firsts = [s.offset + delta for s in storages]
-        return [length + len("[[, ]]") + len(int.__repr__(first)) + len(int.__repr__(first + nbytes))
-                for length, first in zip(found, firsts)]
+        keys, records = [s.key for s in storages], [s.record for s in storages]
+        key_lengths = plain_lengths(keys) or [len(quote(key)) for key in keys]
+        record_lengths = plain_lengths(records) or [len(quote(record)) for record in records]
+        fixed = len("[[, ]]") if one_range else len("null")
+        columns = [(offsets, 0), (offsets, delta), (offsets, delta + nbytes)] if one_range else [(offsets, 0)]
+        texts = [fixed + key + record for key, record in zip(key_lengths, record_lengths)]
+        return decimal_lengths(columns, bulk, texts)
 
     return varying, lengths
 
-
-def _decimal(offsets: list[int], delta: int, nbytes: int) -> bool:
-    """Whether ``decimal_lengths`` counts the storages' offsets and their ranges' bounds (``delta`` and ``nbytes``
-    are the family's): all of them in its range."""
-    return (bool(offsets) and min(offsets) >= 0 and delta >= 0 and nbytes >= 0
-            and max(offsets) + delta + nbytes < DECIMAL_LIMIT)

@@ -6,54 +6,57 @@ entries makes 600,000 calls, each a ctypes call from Python.
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import os
 from pathlib import Path
 from typing import Any
+
+from ckptfs.compiled import load_extension
 
 _HERE = Path(__file__).parent
 
 
 def _load() -> tuple[Any, str]:
     """``cd_add_entries`` and how ``--version`` names the loop: why it is not used when it is not."""
-    if os.environ.get("CKPTFS_DIRENTS_COMPILED", "1") == "0":
-        return None, "Python (CKPTFS_DIRENTS_COMPILED=0)"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = _HERE / ("_cdirents" + suffix)
-        if path.is_file():
-            try:
-                function = ctypes.CDLL(str(path)).cd_add_entries
-            except (OSError, AttributeError) as exc:
-                return None, f"Python (the compiled loop does not load: {exc})"
-            function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                                 ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
-                                 ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
-            function.restype = ctypes.c_size_t
-            return function, f"compiled ({path.name})"
-    return None, "Python (no compiled loop was built)"
+    library, found = load_extension(_HERE, "_cdirents", "CKPTFS_DIRENTS_COMPILED", "loop", ("cd_add_entries",))
+    if library is None:
+        return None, f"Python ({found})"
+    function = library.cd_add_entries
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64,
+                         ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
+    function.restype = ctypes.c_size_t
+    return function, f"compiled ({found})"
 
 
 COMPILED, PATH_NAME = _load()
 
 
 class Names:
-    """A window's names; for the compiled loop also as it takes them, each NUL-terminated one after another (None
-    when a name holds a NUL: the Python loop then adds them, as C would read such a name cut short)."""
+    """A window's names; for the compiled loop also as it takes them (``text``)."""
 
-    __slots__ = ("names", "count", "text")
+    __slots__ = ("names", "count", "_text")
 
     def __init__(self, names: list[bytes]) -> None:
         self.names = names
         self.count = len(names)
-        text = b"\0".join(names) + b"\0" if COMPILED is not None else None
-        self.text = text if text is None or text.count(0) == len(names) else None
+        self._text: bytes | None = b""
+        """b"": not made yet (a made text holds a NUL at least)."""
+
+    @property
+    def text(self) -> bytes | None:
+        """The names each NUL-terminated one after another, made on first use: only the low-level lister's
+        ``add_entries`` takes them, not the high-level API's filler (``-o rw``). None when a name holds a NUL: the
+        Python loop then adds them, as C would read such a name cut short."""
+        if self._text == b"":
+            text = b"\0".join(self.names) + b"\0"
+            self._text = text if text.count(0) == self.count else None
+        return self._text
 
 
 def add_entries(add: Any, req: int, buf: int, size: int, used: int, names: Names, entries: int, stride: int,
                 start: int, first: int) -> tuple[int, int]:
     """Adds entries from ``first`` on with ``add`` (libfuse's function) until the buffer is full: the bytes taken
     in all, and the first entry not added (``names.count`` when all were)."""
-    if names.text is not None:
+    if COMPILED is not None and names.text is not None:
         next_entry = ctypes.c_int64()
         used = COMPILED(ctypes.cast(add, ctypes.c_void_p), req, buf, size, used, names.text, entries, stride, start,
                         first, names.count, ctypes.byref(next_entry))

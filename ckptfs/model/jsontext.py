@@ -8,6 +8,8 @@ encoding a short list; this one is built at import. The text is the same as
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from json import encoder as _encoder
 from typing import Any, Callable
 
@@ -46,14 +48,45 @@ def scalar_text(value: Any) -> str:
 
 _POWERS_OF_TEN = [10**k for k in range(1, 19)]
 DECIMAL_LIMIT = 1 << 62
-"""``decimal_lengths`` takes values below this (int64 arrays); larger ones (hostile sizes only) are counted as text."""
+"""``decimal_lengths`` counts values within this of 0 with numpy (int64); others (hostile sizes only) as text."""
 
 
-def decimal_lengths(values: Any) -> Any:
-    """The lengths of the decimal texts of the int64 array ``values`` (each in ``[0, DECIMAL_LIMIT)``), an array."""
-    import numpy as np  # here: a command line that lists no big directory starts without it
+def decimal_lengths(columns: Sequence[tuple[Sequence[int], int]], bulk: bool, plus: Sequence[int] = ()) -> list[int]:
+    """For each row, the lengths of the decimal texts (``len(str(value + shift))``) of its value in each column
+    (``(values, shift)``, all values of one length; columns may share values) summed, plus the row's item of
+    ``plus`` if given: with numpy when ``bulk`` (``fs.layout.BULK_TENSORS``) and every value plus its shift is
+    within ``DECIMAL_LIMIT`` of 0, else in Python."""
+    distinct = {id(values): values for values, _ in columns}
+    if bulk:
+        bounds = {key: (min(values, default=0), max(values, default=0)) for key, values in distinct.items()}
+        bulk = bool(columns) and all(-DECIMAL_LIMIT < bounds[id(values)][0] + shift
+                                     and bounds[id(values)][1] + shift < DECIMAL_LIMIT for values, shift in columns)
+    if bulk:
+        import numpy as np  # here: a command line that lists no big directory starts without it
 
-    return 1 + np.searchsorted(np.array(_POWERS_OF_TEN, dtype=np.int64), values, side="right")
+        powers = np.array(_POWERS_OF_TEN, dtype=np.int64)
+        arrays = {key: np.array(values, dtype=np.int64) for key, values in distinct.items()}
+        found = np.array(plus, dtype=np.int64) if plus else np.zeros(len(columns[0][0]), dtype=np.int64)
+        for values, shift in columns:
+            shifted = arrays[id(values)] + shift
+            found += 1 + (shifted < 0) + np.searchsorted(powers, np.abs(shifted), side="right")
+        return found.tolist()  # type: ignore[no-any-return]
+    lengths = [map(len, map(int.__repr__, map(shift.__add__, values) if shift else values))
+               for values, shift in columns]
+    return list(map(sum, zip(plus, *lengths) if plus else zip(*lengths)))
+
+
+def ascending_decimal_length(values: Sequence[int]) -> int:
+    """``sum(len(str(v)) for v in values)`` for ``values`` in ascending order, with no pass over them: the values
+    past each power of ten are found by bisection."""
+    if not values:
+        return 0
+    total = len(values) + bisect_left(values, 0)  # a digit each, and the minus signs
+    power = 10
+    while power <= values[-1] or -power >= values[0]:
+        total += len(values) - bisect_left(values, power) + bisect_right(values, -power)
+        power *= 10
+    return total
 
 
 def plain_lengths(texts: list[str]) -> list[int] | None:

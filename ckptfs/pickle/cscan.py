@@ -11,13 +11,12 @@ the reference then runs, on anything it does not reproduce exactly, errors inclu
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import os
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ckptfs.compiled import load_extension
 from ckptfs.limits import Limits
 from ckptfs.pickle import unpickler
 
@@ -51,36 +50,31 @@ CD_HEADER_SIZE = 46
 
 def _load_library() -> tuple[ctypes.CDLL | None, str]:
     """The built library and how ``--version`` names the path: why it is not used when it is not."""
-    if os.environ.get("CKPTFS_PICKLE_COMPILED", "1") == "0":
-        return None, "pure Python (CKPTFS_PICKLE_COMPILED=0)"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = _HERE / ("_cscan" + suffix)
-        if path.is_file():
-            try:
-                library = ctypes.CDLL(str(path))
-            except OSError as exc:
-                return None, f"pure Python (the compiled scanner does not load: {exc})"
-            library.cs_scan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                        ctypes.POINTER(_Result)]
-            library.cs_scan.restype = ctypes.c_int
-            library.cs_free.argtypes = [ctypes.POINTER(_Result)]
-            library.cs_free.restype = None
-            library.cs_directory.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                             ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
-            library.cs_directory.restype = ctypes.c_int
-            library.cs_directory_keys.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                                  ctypes.c_void_p]
-            library.cs_directory_keys.restype = ctypes.c_int64
-            library.cs_data_offsets.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                                ctypes.c_void_p]
-            library.cs_data_offsets.restype = None
-            library.cs_dcp.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                                       ctypes.POINTER(_DcpResult)]
-            library.cs_dcp.restype = ctypes.c_int
-            library.cs_dcp_free.argtypes = [ctypes.POINTER(_DcpResult)]
-            library.cs_dcp_free.restype = None
-            return library, f"compiled ({path.name})"
-    return None, "pure Python (no compiled scanner was built)"
+    library, found = load_extension(_HERE, "_cscan", "CKPTFS_PICKLE_COMPILED", "scanner",
+                                    ("cs_scan", "cs_free", "cs_directory", "cs_directory_keys", "cs_data_offsets",
+                                     "cs_dcp", "cs_dcp_free"))
+    if library is None:
+        return None, f"pure Python ({found})"
+    library.cs_scan.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                ctypes.POINTER(_Result)]
+    library.cs_scan.restype = ctypes.c_int
+    library.cs_free.argtypes = [ctypes.POINTER(_Result)]
+    library.cs_free.restype = None
+    library.cs_directory.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
+    library.cs_directory.restype = ctypes.c_int
+    library.cs_directory_keys.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                          ctypes.c_void_p]
+    library.cs_directory_keys.restype = ctypes.c_int64
+    library.cs_data_offsets.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.c_void_p]
+    library.cs_data_offsets.restype = None
+    library.cs_dcp.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.POINTER(_DcpResult)]
+    library.cs_dcp.restype = ctypes.c_int
+    library.cs_dcp_free.argtypes = [ctypes.POINTER(_DcpResult)]
+    library.cs_dcp_free.restype = None
+    return library, f"compiled ({found})"
 
 
 LIBRARY, PATH_NAME = _load_library()

@@ -7,6 +7,7 @@ there. A directory opens to the same ``info --json`` text, or the same error, on
 from __future__ import annotations
 
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,45 @@ def test_keys_set_twice(tmp_path: Path) -> None:
         made = same_on_every_path(directory(tmp_path / f"planner{fresh}", data))
         assert isinstance(made, str) and '"moved"' in made
         assert direct_items(data) == (len(NAMES) if BUILT else None)
+
+
+def _join_hash(name: str) -> int:
+    """``hash()`` of ``_cscan_dcp_join.c`` for a text key (rank -2): the 8-byte words in the machine's order (its
+    memcpy), the tail's bytes first to last, each mixed in."""
+    mask = (1 << 64) - 1
+
+    def mix(h: int) -> int:
+        h ^= h >> 32
+        h = h * 0xD6E8FEB86659FD93 & mask
+        return h ^ h >> 32
+
+    text = name.encode()
+    whole = len(text) - len(text) % 8
+    h = (len(text) * 0x9E3779B97F4A7C15 & mask) ^ (-2 & mask)
+    for at in range(0, whole, 8):
+        h = mix(h ^ int.from_bytes(text[at:at + 8], sys.byteorder))
+    return mix(h ^ int.from_bytes(text[whole:], "big"))
+
+
+def _colliding(count: int) -> list[str]:
+    """``count`` names in one slot of the join's table of names (128 slots for up to 64 items): each one inserted
+    probes every one before it."""
+    candidates = (f"model.layers.{n}.weight" for n in range(1_000_000))
+    names = [next(candidates)]
+    first = _join_hash(names[0]) & 127
+    while len(names) < count:
+        name = next(candidates)
+        if _join_hash(name) & 127 == first:
+            names.append(name)
+    return names
+
+
+def test_keys_colliding_past_the_probe_bound(tmp_path: Path) -> None:
+    """Names crafted to collide in the join's hash table: n of them probe n(n-1)/2 slots against a bound of 16 a row
+    (PROBES_PER_ROW) and one, 16(n+1): 33 names (528 probes) stay within it and are joined, 34 (561) are past it
+    (560) and the join is given up: the records' path then makes the same tensors."""
+    for count, joined in ((33, True), (34, False)):
+        data = metadata(_colliding(count))
+        made = same_on_every_path(directory(tmp_path / str(count), data))
+        assert isinstance(made, str) and f'"chunked_tensors": {count}' in made
+        assert direct_items(data) == (count if BUILT and joined else None)

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "../xorshift.h"
+
 typedef size_t (*add_entry_fn)(void *req, char *buf, size_t bufsize, const char *name, const void *entry,
                                int64_t off);
 size_t cd_add_entries(add_entry_fn add, void *req, char *buf, size_t size, size_t used, const char *names,
@@ -27,14 +29,6 @@ struct entry_param { /* fuse_lowlevel.h's struct fuse_entry_param */
     double attr_timeout;
     double entry_timeout;
 };
-
-static uint64_t state = 0x9e3779b97f4a7c15u;
-static uint64_t next_random(void) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
 
 int main(int argc, char **argv) {
     long windows = argc > 1 ? strtol(argv[1], NULL, 10) : 1000;

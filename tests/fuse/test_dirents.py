@@ -73,7 +73,9 @@ def _length(name: bytes, plus: bool) -> int:
 def test_a_whole_window_is_added_in_one_call_and_names_are_in_place() -> None:
     names = [b".", b"..", "é".encode() * 3, b"w.json", b"x" * 255]
     listed = dirents.Names(names)
+    assert listed._text == b""  # joined where add_entries takes it, not for the high-level API's filler
     buffer, taken, added = _run(dirents.add_entries, True, listed, _entries(5, 3), 4096, 0, 10, 0)
+    assert listed._text == b"\0".join(names) + b"\0"
     assert (taken, added) == (sum(_length(name, True) for name in names), 5)
     position = 0
     for index, name in enumerate(names):

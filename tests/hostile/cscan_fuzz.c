@@ -16,22 +16,14 @@
 #include <string.h>
 
 #include "../../ckptfs/pickle/_cscan.h"
+#include "../xorshift.h"
 
 typedef struct {
     uint8_t *data;
     int64_t len;
 } input;
 
-static uint64_t state = 0x9E3779B97F4A7C15u;
-
-static uint64_t next(void) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-}
-
-static int64_t below(int64_t n) { return n > 0 ? (int64_t)(next() % (uint64_t)n) : 0; }
+static int64_t below(int64_t n) { return n > 0 ? (int64_t)(next_random() % (uint64_t)n) : 0; }
 
 static int fail(const char *what, int64_t row) {
     fprintf(stderr, "cscan_fuzz: broken row: %s (row %lld)\n", what, (long long)row);
@@ -83,7 +75,7 @@ static void mutate(uint8_t *buf, int64_t *len, int64_t cap, const input *seeds, 
         if (n) buf[below(n)] ^= (uint8_t)(1u << below(8));
         break;
     case 1: /* a byte */
-        if (n) buf[below(n)] = (uint8_t)next();
+        if (n) buf[below(n)] = (uint8_t)next_random();
         break;
     case 2: /* an interesting byte: opcodes and lengths the scanner reads */
         if (n) {
