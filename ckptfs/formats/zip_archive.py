@@ -140,7 +140,7 @@ class ZipArchive:
                 self.entries = ZipRecords(directory, rows, numbers, self.cd_offset)
                 return
             entries: dict[str, ZipEntry] = {}
-            made, offsets = entries_from_rows(directory, rows, entries, ZipEntry)
+            made, offsets = entries_from_rows(directory, rows, entries)
             self.entries = entries
         if not in_order:
             order = sorted(range(len(offsets)), key=offsets.__getitem__)

@@ -113,7 +113,7 @@ class _StorageTable:
                 for (key, dtype, location, numel, number), (row, size, method, crc) in zip(specs, found)]
 
     def _new_storage(self, key: str, dtype: DType, location: str, numel: int, record: Any, size: int, method: int,
-              crc: int) -> Storage:
+                     crc: int) -> Storage:
         """A new storage of ``record`` (its entry or row), checked."""
         # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
         storage = Storage(key, dtype, location, numel, self.record_prefix + key, -1, size, self.byteorder,
@@ -158,16 +158,15 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
 
     storages = [s for table in tables for s in table.storages.values()]
     stored = [record for table in tables for record in table.storage_records()]
+    records_count = len(archive.entries)
     if isinstance(archive.entries, ZipRecords):
         offsets = archive.entries.resolve_storages(stored, alignment, archive.header_data_offset)
         for storage, offset in zip(storages, offsets):
             storage.offset = offset
-        records_count = len(archive.entries)
     else:
         archive.resolve_data_offsets(stored, alignment)
         for storage, entry in zip(storages, stored):
             storage.offset = entry.data_offset
-        records_count = len(archive.entries)
         others = dict(archive.entries)
         for name in map(attrgetter("name"), stored):
             others.pop(name, None)  # (an alias's record is its storage's, met twice)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import Callable
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.formats.zip_entry import ZipEntry
@@ -19,15 +18,15 @@ from ckptfs.pickle import cscan
 U32 = 0xFFFFFFFF
 
 
-def entries_from_rows(directory: bytes, rows: array[int], entries: dict[str, ZipEntry],
-                      make_entry: Callable[..., ZipEntry]) -> tuple[list[ZipEntry], list[int]]:
+def entries_from_rows(directory: bytes, rows: array[int],
+                      entries: dict[str, ZipEntry]) -> tuple[list[ZipEntry], list[int]]:
     """The entries of the scanner's ``rows`` (made into ``entries`` by their names too) and their header
     offsets."""
     made: list[ZipEntry] = []
     add_entry = made.append
     for name_at, name_length, method, flags, csize, usize, offset, crc in cscan.rows(rows, cscan.DIRECTORY_FIELDS):
         name = directory[name_at : name_at + name_length].decode("ascii")
-        entry = make_entry(name, method, flags, csize, usize, offset, -1, False, crc)
+        entry = ZipEntry(name, method, flags, csize, usize, offset, -1, False, crc)
         if entries.setdefault(name, entry) is not entry:
             raise CorruptCheckpointError(f"duplicate zip record {name!r}")
         add_entry(entry)
