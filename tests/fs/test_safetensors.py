@@ -22,11 +22,14 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
 from ckptfs.fs import safetensors as safetensors_view
-from ckptfs.fs.safetensors import COUNTED_MEMBERS, DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name
+from ckptfs.fs.safetensors import Tree as MemberTree
+from ckptfs.fs.safetensors import COUNTED_MEMBERS, DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name, members
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DTYPES
 from ckptfs.model.encoding import has_surrogates
 from ckptfs.model.records import Storage, Tensor, contiguous_strides
+from ckptfs.model.tree import children
+from ckptfs.pickle.values import Global, PickledObject
 
 
 def whole(layout: Layout, ck: Checkpoint, path: str) -> bytes:
@@ -229,3 +232,18 @@ def test_containers_of_tensors_only_give_the_members_a_child_at_a_time_gives(
         for fast, slow in zip(made, walked):
             assert (fast.names, fast.header, fast.size) == (slow.names, slow.header, slow.size)
             assert [id(tensor) for tensor in fast.tensors] == [id(tensor) for tensor in slow.tensors]
+
+
+@pytest.mark.parametrize("bulk", [1, 1 << 20])
+def test_a_key_met_twice_in_one_container_is_left_out_the_second_time(bulk: int) -> None:
+    """An object's items may repeat a key (a pickle's ``SETITEMS`` on an object of an unknown class): the second is
+    left out as met twice, whether the container is checked whole or a child at a time."""
+    tensors = [_record("float32", (2,)) for _ in range(70)]
+    items = [(f"w{n}", tensor) for n, tensor in enumerate(tensors[:-1])] + [("w3", tensors[-1])]
+    top = {"layer": PickledObject(Global("m", "Layer"), dict_items=items)}
+    tree = MemberTree(lambda value: list(children(value)), lambda *_: True)
+    with mock.patch.object(safetensors_view, "BULK_MEMBERS", bulk):
+        found, left_out = members(top, tree)
+    assert found.names == [f"layer.w{n}" for n in range(69)]
+    assert [id(tensor) for tensor in found.tensors] == [id(tensor) for tensor in tensors[:-1]]
+    assert left_out == [LeftOut("layer.w3", "name met twice")]
