@@ -35,6 +35,13 @@ def path_of(trail: Trail) -> tuple[Key, ...]:
     return tuple(reversed(keys))
 
 
+class RecordPrefix(str):
+    """A storage's record given as the text before its key (``Storage.record`` is then the two joined when asked
+    for): a torch.save archive's ``data/<key>``, one shared text instead of a string per storage."""
+
+    __slots__ = ()
+
+
 @dataclass(eq=False, slots=True)
 class Storage:
     """One stored buffer that tensors view. Tensors sharing it share this object."""
@@ -45,8 +52,8 @@ class Storage:
     location: str
     numel: int
     """Declared element count (bytes for untyped storages)."""
-    record: str = ""
-    """Where the bytes are: a zip record name, or ``legacy:<key>``."""
+    _record: str = ""
+    """``record``, or a ``RecordPrefix`` to put before ``key``."""
     offset: int = -1
     """Absolute byte offset of the data in the source; -1 while unresolved."""
     size: int = 0
@@ -68,6 +75,16 @@ class Storage:
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
+
+    @property
+    def record(self) -> str:
+        """Where the bytes are: a zip record name, or ``legacy:<key>``."""
+        record = self._record
+        return str.__add__(record, self.key) if type(record) is RecordPrefix else record
+
+    @record.setter
+    def record(self, record: str) -> None:
+        self._record = record
 
 
 @dataclass(slots=True)
