@@ -13,7 +13,9 @@ Key = Any
 """A path element: str for dict keys and attributes, int for int keys and indices."""
 Trail = Any
 """A path as nested ``(key, parent_trail)`` pairs, None at the root: siblings share their parent's
-trail, so a walk holds O(1) memory per node however deep the tree is."""
+trail, so a walk holds O(1) memory per node however deep the tree is. A tensor's own trail (``Tensor.trail``) is
+its key alone where that is a str key at the root (``short_trail``): a state dict of 200,000 tensors holds no pair
+per tensor."""
 
 
 def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -26,10 +28,18 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def short_trail(trail: Trail) -> Trail:
+    """``trail`` as a tensor keeps it: its key alone where that is a str key at the root."""
+    return trail[0] if trail is not None and trail[1] is None and type(trail[0]) is str else trail
+
+
 def path_of(trail: Trail) -> tuple[Key, ...]:
-    """The keys from the root to the end of ``trail``."""
+    """The keys from the root to the end of ``trail`` (a short one too)."""
     keys = []
     while trail is not None:
+        if type(trail) is str:
+            keys.append(trail)
+            break
         key, trail = trail
         keys.append(key)
     return tuple(reversed(keys))
@@ -117,7 +127,7 @@ class Tensor:
     type_name: str | None = None
     """The Python class when not a plain Tensor/Parameter (e.g. a tensor subclass)."""
     trail: Trail = None
-    """Where this tensor was first met (see ``path``)."""
+    """Where this tensor was first met (see ``path``), short where it can be (see ``Trail``)."""
     chunks: list[Chunk] | None = None
     """For a tensor stored in pieces (a torch.distributed.checkpoint item): the pieces; ``storage`` is None."""
 
