@@ -342,7 +342,7 @@ def test_sidecar_families_know_every_field() -> None:
         "dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind",
         "conj", "neg", "quantization", "type_name", "trail", "chunks"]
     assert [f.name for f in dataclasses.fields(Storage)] == [
-        "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed", "written",
+        "key", "dtype", "location", "numel", "_record", "offset", "size", "byteorder", "compressed", "written",
         "inline_data", "base", "base_offset", "source"]
 
 
