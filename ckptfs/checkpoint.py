@@ -13,7 +13,7 @@ from ckptfs.formats.interface import ParsedCheckpoint
 from ckptfs.gc_pause import gc_paused
 from ckptfs.limits import Limits
 from ckptfs.model.encoding import key_size
-from ckptfs.model.records import Chunk, Key, Storage, Tensor
+from ckptfs.model.records import Chunk, Key, Storage, Tensor, short_trail
 from ckptfs.model.state_dict import state_dict
 from ckptfs.model.trails import TrailCache
 from ckptfs.model.tree import child_at, walk
@@ -64,7 +64,7 @@ class Checkpoint:
             trail = visit.trail
             if isinstance(visit.value, Tensor):
                 if visit.first:
-                    visit.value.trail = trail
+                    visit.value.trail = short_trail(trail)
                     self.tensors.append(visit.value)
                     if len(self.tensors) > limits.max_tensors:
                         raise LimitExceededError(f"more than {limits.max_tensors} tensors (limit max_tensors)")
@@ -91,14 +91,14 @@ class Checkpoint:
         if len(set(map(id, values))) == len(values):  # no tensor met twice
             tensors = values
             for key, tensor in zip(keys, values):
-                tensor.trail = (key, None)
+                tensor.trail = key if type(key) is str else (key, None)
         else:
             seen: set[int] = set()
             tensors = []
             for key, tensor in zip(keys, values):
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
-                    tensor.trail = (key, None)
+                    tensor.trail = key if type(key) is str else (key, None)
                     tensors.append(tensor)
         if len(tensors) > limits.max_tensors or key_bytes > limits.max_key_bytes:
             return False

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.model.dtypes import DType
-from ckptfs.model.records import Chunk, Storage, Tensor
+from ckptfs.model.records import Chunk, Storage, Tensor, replace
 from ckptfs.pickle.values import Global, short_repr
 
 
@@ -70,7 +69,7 @@ def shared_storage(storages: dict[str, Storage], key: str, dtype: DType, numel: 
         alias_key = f"{key}\0{dtype.name}"
         alias = storages.get(alias_key)
         if alias is None:
-            alias = dataclasses.replace(known, dtype=dtype, numel=0, base=known.base or known,
+            alias = replace(known, dtype=dtype, numel=0, base=known.base or known,
                                         base_offset=known.base_offset)
             storages[alias_key] = alias
         return alias

@@ -18,7 +18,7 @@ from ckptfs.formats.zip_stored import StoredRecords
 from ckptfs.limits import Limits
 from ckptfs.model import rebuild
 from ckptfs.model.dtypes import DType, dtype_of_storage_class
-from ckptfs.model.records import Storage
+from ckptfs.model.records import RecordPrefix, Storage
 from ckptfs.pickle import unpickler
 from ckptfs.pickle.unpickler import SafeUnpickler
 from ckptfs.pickle.values import PickledObject
@@ -36,7 +36,7 @@ class _StorageTable:
     def __init__(self, archive: ZipArchive, directory: str, byteorder: str) -> None:
         self.archive = archive
         self.directory = directory
-        self.record_prefix = directory + "/"
+        self.record_prefix = RecordPrefix(directory + "/")
         self.byteorder = byteorder
         # skip_data reserves a storage's record and gives it CRC-32 0, which no n ≥ 1 bytes of zeros have.
         # When the writer computed no CRCs at all (data.pkl's is 0 too), unwritten records cannot be told.
@@ -116,7 +116,7 @@ class _StorageTable:
                      crc: int) -> Storage:
         """A new storage of ``record`` (its entry or row), checked."""
         # Once per storage (~200,000 for a large MoE): each field set once, no property calls.
-        storage = Storage(key, dtype, location, numel, self.record_prefix + key, -1, size, self.byteorder,
+        storage = Storage(key, dtype, location, numel, self.record_prefix, -1, size, self.byteorder,
                           method == DEFLATED, not (self.crcs_computed and size and crc == 0), None, None, 0,
                           self.archive.source)
         self.storages[key] = storage

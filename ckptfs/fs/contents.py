@@ -16,9 +16,10 @@ from ckptfs.fs.zarr import document as zarr_document
 from ckptfs.gc_pause import gc_paused
 from ckptfs.model.records import Tensor
 
-KEPT_SIZED_BYTES = 16 << 20
+KEPT_SIZED_BYTES = 4 << 20
 """An index or ``model.safetensors`` made for its size alone stays made up to this size: a listing's next step is
-often to read it (``find -exec cat``, ``cp -r``), which would make it again."""
+often to read it (``find -exec cat``, ``cp -r``), which would make it again. An index this long lists ~13,000
+tensors; a bigger one's bytes, held until they pass the bound, are the daemon's peak after a ``find -ls``."""
 CACHED_VALUE_SIZES = 4096
 """Values whose file sizes ``Layout`` remembers by identity."""
 _SHORT_INT = 1 << 64

@@ -94,6 +94,9 @@ def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
     root_kind = {"kind": "dir"} if layout.boxed else container_kind(layout.root.value)
     entries += (dumps({"id": 0, "name": "", **root_kind}) + ",\n").encode()
     ids: dict[int, int] = {} if layout.boxed else {id(layout.root.value): 0}
+    # A link's target is met before it, its id kept; a tensor is one only where a tensor has aliases (a dict of
+    # 200,000 tensors would keep 200,000 ids for none).
+    tensor_targets = ck.alias_count > 0
     next_id = 1
     budget = ck.limits.max_generated_bytes
     # Per open directory: its children, its id, and the names on the way to it.
@@ -109,7 +112,7 @@ def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
         if len(tensors) + len(entries) > budget:
             raise LimitExceededError(f"{INDEX_NAME} would exceed {budget} bytes (limit max_generated_bytes)")
         node_id, next_id = next_id, next_id + 1
-        if node.kind is Kind.TENSOR or isinstance(node, Dir):
+        if node.kind is Kind.TENSOR and tensor_targets or isinstance(node, Dir):
             ids[id(node.value)] = node_id
         if node.kind is Kind.TENSOR:
             if folders is not last_folders:

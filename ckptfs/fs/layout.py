@@ -92,7 +92,7 @@ class Layout(Contents):
         """The root object is not a container: it is shown as ``/%root``."""
         top = [root] if self.boxed else root
         with gc_paused():  # the collector's passes over the parse's records, which all live on, cost 2-4x the walk
-            self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest)
+            self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest, met_once=checkpoint.alias_count == 0)
         self._dirs: dict[str, Dir] = {}
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
@@ -314,8 +314,7 @@ class Layout(Contents):
     def _node(self, directory: Dir, position: int, key: Key, child: Any, name: str, ino: int) -> Node:
         if not (isinstance(child, Tensor) or holds(child)):
             return Node(ino, Kind.VALUE, name, directory, key, child)
-        parent, index = self.places.first_place(child)
-        if parent is not directory.value or index != position:
+        if not self.places.is_first_place(child, directory.value, position):
             return Node(ino, Kind.LINK, name, directory, key, child)
         if isinstance(child, Tensor):
             return Node(ino, Kind.TENSOR, name, directory, key, child)

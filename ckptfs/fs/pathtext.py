@@ -34,7 +34,7 @@ class PathTexts:
     def path_text(self, trail: Trail) -> str:
         if trail is None:
             return "[]"
-        key, parent = trail
+        key, parent = (trail, None) if type(trail) is str else trail
         last_parent, prefix = self._last
         if parent is not last_parent:
             parts = self._parts.value(parent)
@@ -50,8 +50,14 @@ class PathTexts:
     def lengths(self, trails: list[Trail]) -> list[int]:
         """``[len(self.path_text(t)) for t in trails]``; in one pass when they are siblings keyed by str keys that
         need no escapes (a state dict's tensors), else one by one."""
-        if trails and None not in trails and len(set(map(id, map(_PARENT, trails)))) == 1:
+        kinds = set(map(type, trails))
+        if kinds == {str}:  # short trails: str keys at the root
+            keys = trails
+        elif kinds == {tuple} and len(set(map(id, map(_PARENT, trails)))) == 1:
             keys = list(map(_KEY, trails))
+        else:
+            keys = []
+        if keys:
             own = plain_lengths(keys) if set(map(type, keys)) == {str} else None
             if own is not None:
                 longest = max(own)

@@ -26,12 +26,17 @@ class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
     __slots__ = ("nest", "_containers", "_first", "_tensor_first", "_pairs", "_block", "_holding_tensors", "_starts",
-                 "_slots")
+                 "_slots", "_met_once", "_unplaced")
 
-    def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False) -> None:
+    def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False, met_once: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
-        ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here."""
+        ``nest``: dicts' dotted keys grouped into directories (``fs.nest``), which are containers here;
+        ``met_once``: no tensor is met twice (``Checkpoint.alias_count`` is 0)."""
         self.nest = nest
+        self._met_once = met_once
+        self._unplaced: list[tuple[int, list[Any]]] = []
+        """Containers of tensors only whose tensors' places are not in ``_tensor_first`` yet (``met_once``: where
+        every place is a first one, those are made when one is asked for, not for a listing)."""
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
@@ -94,6 +99,14 @@ class Places:
         """``_walk`` for the children of container ``number`` when none is a container: they are met next, in order,
         so their tensors' first places are made in bulk (the loop in C: a state dict holds 200,000); the first of a
         tensor's places within them wins."""
+        if tensors_only and self._met_once:
+            self._unplaced.append((number, values))
+            if values and branch is not None:
+                self._holding_tensors.add(id(branch))
+            return
+        self._place(values, number, branch, tensors_only)
+
+    def _place(self, values: list[Any], number: int, branch: Any, tensors_only: bool) -> None:
         base = number << POSITION_BITS
         if tensors_only:
             found = dict(zip(reversed(values), range(base + len(values) - 1, base - 1, -1)))
@@ -124,21 +137,33 @@ class Places:
 
     def first_place(self, value: Any) -> tuple[Any, int]:
         """The container holding a tensor or container where it is first met, and its position there."""
-        packed = self._tensor_first[value] if isinstance(value, Tensor) else self._first[id(value)]
+        packed = self._tensor_places()[value] if isinstance(value, Tensor) else self._first[id(value)]
         return self._containers[packed >> POSITION_BITS], packed & ((1 << POSITION_BITS) - 1)
 
     def is_first_place(self, child: Any, container: Any, position: int) -> bool:
+        """Whether ``child`` is first met in ``container`` at ``position``, which holds it."""
+        if self._met_once and isinstance(child, Tensor):
+            return True
         holder, index = self.first_place(child)
         return index == position and holder is container
+
+    def _tensor_places(self) -> dict[Tensor, int]:
+        """``_tensor_first``, with the places of the tensors not placed yet."""
+        while self._unplaced:
+            number, values = self._unplaced.pop()
+            self._place(values, number, None, True)
+        return self._tensor_first
 
     def firsts_in(self, container: Any, values: list[Any]) -> list[bool]:
         """``[self.is_first_place(v, container, i) for i, v in enumerate(values)]`` for the container's children
         ``values``, tensors all, compared in one pass in C (a state dict holds 200,000)."""
+        if self._met_once:
+            return [True] * len(values)
         number = bisect_left(self._starts, self._block[id(container)])
         while self._containers[number] is not container:  # empty containers before it start where it does
             number += 1
         base = number << POSITION_BITS
-        return list(map(eq, map(self._tensor_first.__getitem__, values), range(base, base + len(values))))
+        return list(map(eq, map(self._tensor_places().__getitem__, values), range(base, base + len(values))))
 
     def holds_tensors(self, top_child: Any) -> bool:
         """Whether a child of the root has a tensor below it at its first place."""

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections import Counter
-from itertools import accumulate
+from itertools import accumulate, compress
 from operator import attrgetter
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -77,7 +76,7 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     """The tensors below container ``top`` with their names, in tree order, and what is left out."""
     found = Members([], [])
     left_out: list[LeftOut] = []
-    seen: set[str] = set()
+    seen = _Taken(found.names)
     stack: list[tuple[Any, str]] = [(top, "")]
     while stack:
         container, prefix = stack.pop()
@@ -92,7 +91,6 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
                 if reason:
                     left_out.append(LeftOut(name, reason))
                 else:
-                    seen.add(name)
                     found.names.append(name)
                     found.tensors.append(child)
             elif isinstance(child, (SparseTensor, NestedTensor)):
@@ -114,7 +112,29 @@ BULK_MEMBERS = 64
 """Containers of fewer children are walked a child at a time: the checks of a whole container cost more there."""
 
 
-def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, seen: set[str]) -> bool:
+class _Taken:
+    """The names the members have taken so far (``Members.names``), as a set made only when a name is checked
+    against them: a state dict's one container of 200,000 names never needs it."""
+
+    __slots__ = ("_names", "_set")
+
+    def __init__(self, names: list[str]) -> None:
+        self._names = names
+        self._set: set[str] = set()
+
+    def _current(self) -> set[str]:
+        if len(self._set) < len(self._names):  # the names are distinct: as many as the set holds once it is made
+            self._set.update(self._names[len(self._set) :])
+        return self._set
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._current()
+
+    def isdisjoint(self, names: list[str]) -> bool:
+        return not self._names or self._current().isdisjoint(names)
+
+
+def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, seen: _Taken) -> bool:
     """Adds the children as members when every one is a tensor safetensors holds under a str key (a state dict's
     every container), checked a column at a time (the loop in C); False (nothing added) for any other, which is
     then walked a child at a time."""
@@ -130,14 +150,14 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     if (any(_dtype_unsupported(dtype) or dtype.name == PACKED_F4 for dtype in kinds)
             or not all(map(_HAS_DATA, tensors)) or any(map(_QUANTIZATION, tensors)) or METADATA_KEY in names):
         return False
-    unique = set(names)
-    if len(unique) != len(names) or not seen.isdisjoint(unique):
+    # A dict's str keys are distinct, and so are they behind one prefix: no set of them to make.
+    if not isinstance(pairs, DictPairs) and len(set(names)) != len(names) or not seen.isdisjoint(names):
         return False
     try:
-        "".join(names).encode("utf-8")
+        for first in range(0, len(names), COUNTED_MEMBERS):
+            "".join(names[first : first + COUNTED_MEMBERS]).encode("utf-8")
     except UnicodeEncodeError:
         return False
-    seen |= unique
     found.names.extend(names)
     found.tensors.extend(tensors)
     return True
@@ -146,13 +166,18 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
 def _by_itemsize(found: Members) -> Members:
     """The members ordered by element size, largest first, keeping their order among equals."""
     sizes = list(map(_ITEMSIZE, found.tensors))
-    if len(set(sizes)) <= 1:
+    distinct = sorted(set(sizes), reverse=True)
+    if len(distinct) <= 1:
         return found
-    order = sorted(range(len(sizes)), key=[-size for size in sizes].__getitem__)
-    return Members([found.names[i] for i in order], [found.tensors[i] for i in order])
+    ordered = Members([], [])
+    for size in distinct:  # a few: a pass over flags each, no int or index per member
+        taken = [member_size == size for member_size in sizes]
+        ordered.names.extend(compress(found.names, taken))
+        ordered.tensors.extend(compress(found.tensors, taken))
+    return ordered
 
 
-def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
+def _unsupported(tensor: Tensor, name: str, seen: _Taken) -> str:
     """Why safetensors cannot hold this tensor under this name; empty if it can."""
     if not tensor.has_data:
         return "no data"
@@ -195,6 +220,9 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
 _MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
 """A member's entry in the header (``name``: its JSON text)."""
 _MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
+COUNTED_MEMBERS = 1 << 14
+"""Members whose entries' length is counted at a time: a whole directory's names' text and offsets at once are ~30 MiB
+of a daemon's peak for 200,000 tensors."""
 
 
 def _safetensors_shape(tensor: Tensor) -> list[int]:
@@ -235,27 +263,27 @@ class SafetensorsFile:
         """The length in bytes of the members' entries in the header (``_MEMBER``s), and of their data."""
         # Members of one dtype and shape (a family) have entries as long but for their names and offsets.
         families: dict[tuple[str, tuple[int, ...]], int] = {}
-        firsts: list[Tensor] = []
-        ids: list[int] = []
-        for tensor in self.tensors:
-            key = (tensor.dtype.name, tensor.shape)
-            family = families.get(key)
-            if family is None:
-                family = families[key] = len(firsts)
-                firsts.append(tensor)
-            ids.append(family)
-        texts = [len(DTYPE_NAMES[t.dtype.name]) + len(",".join(map(str, _safetensors_shape(t)))) for t in firsts]
-        nbytes = [tensor.nbytes for tensor in firsts]
-        counted = Counter(ids)
-        counts = [counted[family] for family in range(len(firsts))]
-        # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
-        names = "".join(self.names)
-        length = (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
-        length += sum(text * count for text, count in zip(texts, counts))
-        total = sum(size * count for size, count in zip(nbytes, counts))
-        ends = list(accumulate(map(nbytes.__getitem__, ids)))
-        starts = [0, *ends[:-1]] if ends else []
-        length += ascending_decimal_length(starts) + ascending_decimal_length(ends)
+        texts: list[int] = []
+        sizes: list[int] = []
+        length = total = 0
+        for first in range(0, len(self.tensors), COUNTED_MEMBERS):
+            ids = []
+            for tensor in self.tensors[first : first + COUNTED_MEMBERS]:
+                key = (tensor.dtype.name, tensor.shape)
+                family = families.get(key)
+                if family is None:
+                    family = families[key] = len(texts)
+                    shape = ",".join(map(str, _safetensors_shape(tensor)))
+                    texts.append(len(DTYPE_NAMES[tensor.dtype.name]) + len(shape))
+                    sizes.append(tensor.nbytes)
+                ids.append(family)
+            # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
+            names = "".join(self.names[first : first + COUNTED_MEMBERS])
+            length += (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
+            length += sum(map(texts.__getitem__, ids))
+            offsets = list(accumulate(map(sizes.__getitem__, ids), initial=total))
+            total = offsets[-1]
+            length += ascending_decimal_length(offsets[:-1]) + ascending_decimal_length(offsets[1:])
         return length, total
 
     @property

@@ -11,6 +11,7 @@ becomes the caller's one-line error. Afterwards the daemon logs as
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import grp
 import importlib
@@ -110,7 +111,18 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
         # The parsed tree lives as long as the mount: keep the collector from walking it again and again, starting
         # with the full collection that the allocations counted while paused would set off once it is back on.
         gc.freeze()
+    _give_back_freed_memory()
     return checkpoint, layout
+
+
+def _give_back_freed_memory() -> None:
+    """Returns to the system the heap the parse freed (its pickle, its scanner's rows): glibc keeps it for later
+    allocations, and a daemon forked now would start with it resident, its peak RSS too."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # a C library other than glibc: nothing to do
+        return
+    trim(0)
 
 
 def _serve_in_foreground(serve: Callable[[Notify | None], None], log_fd: int | None, debug: bool) -> None:

@@ -8,7 +8,6 @@ helpers. Names outside this table stay inert :class:`PickledObject` nodes.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 import re
@@ -330,9 +329,9 @@ class LegacyTensor(Tensor, Buildable):
             self.requires_grad = bool(state[0])
 
     def _adopt(self, other: Tensor) -> None:
-        for item in dataclasses.fields(Tensor):
-            if item.name != "trail":
-                setattr(self, item.name, getattr(other, item.name))
+        for name in Tensor.FIELDS:
+            if name != "trail":
+                setattr(self, name, getattr(other, name))
 
 
 def _legacy_tensor_class(cls: Global, dtype: DType | None) -> Handler:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ckptfs.model.dtypes import DType
 from ckptfs.sources import ByteSource
@@ -13,7 +14,9 @@ Key = Any
 """A path element: str for dict keys and attributes, int for int keys and indices."""
 Trail = Any
 """A path as nested ``(key, parent_trail)`` pairs, None at the root: siblings share their parent's
-trail, so a walk holds O(1) memory per node however deep the tree is."""
+trail, so a walk holds O(1) memory per node however deep the tree is. A tensor's own trail (``Tensor.trail``) is
+its key alone where that is a str key at the root (``short_trail``): a state dict of 200,000 tensors holds no pair
+per tensor."""
 
 
 def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
@@ -26,18 +29,59 @@ def contiguous_strides(shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def short_trail(trail: Trail) -> Trail:
+    """``trail`` as a tensor keeps it: its key alone where that is a str key at the root."""
+    return trail[0] if trail is not None and trail[1] is None and type(trail[0]) is str else trail
+
+
 def path_of(trail: Trail) -> tuple[Key, ...]:
-    """The keys from the root to the end of ``trail``."""
+    """The keys from the root to the end of ``trail`` (a short one too)."""
     keys = []
     while trail is not None:
+        if type(trail) is str:
+            keys.append(trail)
+            break
         key, trail = trail
         keys.append(key)
     return tuple(reversed(keys))
 
 
-@dataclass(eq=False, slots=True)
-class Storage:
+class RecordPrefix(str):
+    """A storage's record given as the text before its key (``Storage.record`` is then the two joined when asked
+    for): a torch.save archive's ``data/<key>``, one shared text instead of a string per storage."""
+
+    __slots__ = ()
+
+
+class _Record:
+    """A record most of whose fields most instances leave at their defaults: those are class attributes, set in the
+    instance's ``__dict__`` only where they differ (a slot costs 8 bytes in each of 200,000 records, a class
+    default nothing). ``FIELDS``: every field, in the constructor's order."""
+
+    __slots__ = ()
+    FIELDS: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self.FIELDS)})"
+
+
+_R = TypeVar("_R", bound=_Record)
+
+
+def replace(record: _R, **changes: Any) -> _R:
+    """A copy of ``record`` with ``changes`` made to its fields (``dataclasses.replace`` for records)."""
+    made = copy.copy(record)
+    for name, value in changes.items():
+        setattr(made, name, value)
+    return made
+
+
+class Storage(_Record):
     """One stored buffer that tensors view. Tensors sharing it share this object."""
+
+    __slots__ = ("key", "dtype", "location", "numel", "_record", "offset", "size", "source", "__dict__")
+    FIELDS = ("key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed", "written",
+              "inline_data", "base", "base_offset", "source")
 
     key: str
     dtype: DType
@@ -45,12 +89,14 @@ class Storage:
     location: str
     numel: int
     """Declared element count (bytes for untyped storages)."""
-    record: str = ""
-    """Where the bytes are: a zip record name, or ``legacy:<key>``."""
-    offset: int = -1
+    _record: str
+    """``record``, or a ``RecordPrefix`` to put before ``key``."""
+    offset: int
     """Absolute byte offset of the data in the source; -1 while unresolved."""
-    size: int = 0
+    size: int
     """Bytes actually available on disk for this storage."""
+    source: ByteSource | None
+    """The source holding the bytes at ``offset``; None for bytes held in the pickle."""
     byteorder: str = "little"
     compressed: bool = False
     """The record is deflated: ``offset`` points at compressed bytes."""
@@ -62,12 +108,39 @@ class Storage:
     """For old legacy view storages: the root storage whose bytes this views."""
     base_offset: int = 0
     """Element offset into ``base`` (elements of the base's dtype)."""
-    source: ByteSource | None = None
-    """The source holding the bytes at ``offset``; None for bytes held in the pickle."""
+
+    def __init__(self, key: str, dtype: DType, location: str, numel: int, record: str = "", offset: int = -1,
+                 size: int = 0, byteorder: str = "little", compressed: bool = False, written: bool = True,
+                 inline_data: bytes | None = None, base: Storage | None = None, base_offset: int = 0,
+                 source: ByteSource | None = None) -> None:
+        self.key, self.dtype, self.location, self.numel = key, dtype, location, numel
+        self._record, self.offset, self.size, self.source = record, offset, size, source
+        if byteorder != "little":
+            self.byteorder = byteorder
+        if compressed is not False:
+            self.compressed = compressed
+        if written is not True:
+            self.written = written
+        if inline_data is not None:
+            self.inline_data = inline_data
+        if base is not None:
+            self.base = base
+        if base_offset != 0:
+            self.base_offset = base_offset
 
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
+
+    @property
+    def record(self) -> str:
+        """Where the bytes are: a zip record name, or ``legacy:<key>``."""
+        record = self._record
+        return str.__add__(record, self.key) if type(record) is RecordPrefix else record
+
+    @record.setter
+    def record(self, record: str) -> None:
+        self._record = record
 
 
 @dataclass(slots=True)
@@ -81,28 +154,52 @@ class Quantization:
     zero_points: Tensor | None = None
 
 
-@dataclass(eq=False, slots=True)
-class Tensor:
+class Tensor(_Record):
     """A tensor record: metadata and where its bytes live. Holds no data."""
+
+    __slots__ = ("dtype", "shape", "stride", "storage_offset", "storage", "kind", "trail", "__dict__")
+    FIELDS = ("dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind", "conj",
+              "neg", "quantization", "type_name", "trail", "chunks")
 
     dtype: DType
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     storage_offset: int
     storage: Storage | None
+    kind: str
+    """``dense`` (has bytes), ``meta`` (meta device) or ``no_data`` (wrapper subclass, skipped)."""
+    trail: Trail
+    """Where this tensor was first met (see ``path``), short where it can be (see ``Trail``)."""
     requires_grad: bool = False
     is_parameter: bool = False
-    kind: str = "dense"
-    """``dense`` (has bytes), ``meta`` (meta device) or ``no_data`` (wrapper subclass, skipped)."""
     conj: bool = False
     neg: bool = False
     quantization: Quantization | None = None
     type_name: str | None = None
     """The Python class when not a plain Tensor/Parameter (e.g. a tensor subclass)."""
-    trail: Trail = None
-    """Where this tensor was first met (see ``path``)."""
     chunks: list[Chunk] | None = None
     """For a tensor stored in pieces (a torch.distributed.checkpoint item): the pieces; ``storage`` is None."""
+
+    def __init__(self, dtype: DType, shape: tuple[int, ...], stride: tuple[int, ...], storage_offset: int,
+                 storage: Storage | None, requires_grad: bool = False, is_parameter: bool = False, kind: str = "dense",
+                 conj: bool = False, neg: bool = False, quantization: Quantization | None = None,
+                 type_name: str | None = None, trail: Trail = None, chunks: list[Chunk] | None = None) -> None:
+        self.dtype, self.shape, self.stride, self.storage_offset = dtype, shape, stride, storage_offset
+        self.storage, self.kind, self.trail = storage, kind, trail
+        if requires_grad is not False:
+            self.requires_grad = requires_grad
+        if is_parameter is not False:
+            self.is_parameter = is_parameter
+        if conj is not False:
+            self.conj = conj
+        if neg is not False:
+            self.neg = neg
+        if quantization is not None:
+            self.quantization = quantization
+        if type_name is not None:
+            self.type_name = type_name
+        if chunks is not None:
+            self.chunks = chunks
 
     @property
     def path(self) -> tuple[Key, ...]:

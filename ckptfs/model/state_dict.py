@@ -11,12 +11,11 @@ tied to several names is one record under each.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from ckptfs.errors import LimitExceededError
 from ckptfs.limits import Limits
-from ckptfs.model.records import Tensor
+from ckptfs.model.records import Tensor, replace
 from ckptfs.model.tree import children
 from ckptfs.pickle.values import PickledObject
 
@@ -58,7 +57,7 @@ def state_dict(root: Any, limits: Limits = Limits()) -> dict[str, Tensor] | None
             if isinstance(value, Tensor) and type(name) is str:
                 copy = copies.get(id(value))
                 if copy is None:
-                    copy = copies[id(value)] = dataclasses.replace(value, trail=None)
+                    copy = copies[id(value)] = replace(value, trail=None)
                 key = f"{prefix}{name}"
                 found[key] = copy
                 name_bytes += len(key)

@@ -36,11 +36,11 @@ def _print(value: Any, ids: dict[int, int]) -> Any:
         return kind.__name__, number, sorted(repr(_print(v, {})) for v in value)
     if kind is bytearray:
         return "bytearray", bytes(value)
-    if kind is Storage:
+    if issubclass(kind, Storage):
         return ("Storage", number, value.key, value.dtype.name, value.location, value.numel, value.record,
                 value.offset, value.size, value.byteorder, value.compressed, value.written, value.inline_data,
                 _print(value.base, ids), value.base_offset, value.source is None)
-    if kind is Tensor:
+    if issubclass(kind, Tensor):
         return ("Tensor", number, value.dtype.name, value.shape, value.stride, value.storage_offset,
                 _print(value.storage, ids), value.requires_grad, value.is_parameter, value.kind, value.conj,
                 value.neg, _print(value.quantization, ids), value.type_name, value.chunks)

@@ -66,12 +66,12 @@ def test_a_replaced_object_is_parsed_again(nginx: Nginx, cache_dir: Path,  # noq
     url = f"{nginx.url}/cached-replaced.pt"
     torch.save({"a": torch.arange(4.0)}, path)
     with open_checkpoint(url, cache_dir=cache_dir) as ck:
-        assert [t.trail[0] for t in ck.tensors] == ["a"]
+        assert [t.path[0] for t in ck.tensors] == ["a"]
     torch.save({"b": torch.ones(3, dtype=torch.int8), "c": torch.zeros(2)}, path)
     future = time.time() + 10
     os.utime(path, (future, future))  # nginx's ETag is its mtime and size
     with open_checkpoint(url, cache_dir=cache_dir) as ck:
-        assert [t.trail[0] for t in ck.tensors] == ["b", "c"]
+        assert [t.path[0] for t in ck.tensors] == ["b", "c"]
         assert ck.read(ck.tensor(("b",))) == b"\x01\x01\x01"
     assert len(entries(cache_dir)) == 2
     assert open_cached(url, cache_dir, monkeypatch)["bytes"] == [b"\x01\x01\x01", b"\0" * 8]

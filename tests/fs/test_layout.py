@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -33,6 +32,7 @@ from ckptfs.fs.names import (
     key_of_name,
 )
 from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.places import Places
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.fs.views import SIDECAR_SUFFIX
 from ckptfs.model.encoding import encode_key, encode_leaf
@@ -338,12 +338,12 @@ def test_sidecars_are_tensor_metadata(corpus: dict[str, CorpusFile], name: str) 
 
 def test_sidecar_families_know_every_field() -> None:
     """SidecarMaker groups tensors by what their metadata holds: a new field must be placed in or out."""
-    assert [f.name for f in dataclasses.fields(Tensor)] == [
+    assert Tensor.FIELDS == (
         "dtype", "shape", "stride", "storage_offset", "storage", "requires_grad", "is_parameter", "kind",
-        "conj", "neg", "quantization", "type_name", "trail", "chunks"]
-    assert [f.name for f in dataclasses.fields(Storage)] == [
+        "conj", "neg", "quantization", "type_name", "trail", "chunks")
+    assert Storage.FIELDS == (
         "key", "dtype", "location", "numel", "record", "offset", "size", "byteorder", "compressed", "written",
-        "inline_data", "base", "base_offset", "source"]
+        "inline_data", "base", "base_offset", "source")
 
 
 _awkward_keys = st.one_of(st.text(max_size=5), st.sampled_from(["", ".", "..", "a/b", "x.json", "7", ".h"]),
@@ -396,6 +396,44 @@ def test_random_trees(tmp_path: Path, shape: dict[Any, Any]) -> None:
         for listed, tensor in zip(index["tensors"], ck.tensors):
             node = layout.lookup("/" + listed["file"])
             assert node is not None and node.value is tensor
+
+
+def _shown(layout: Layout) -> list[tuple[str, int, Kind, str | None]]:
+    """Every entry below the root, views too: its path, number, kind, and a link's target."""
+    found: list[tuple[str, int, Kind, str | None]] = []
+    stack: list[Node] = [layout.root]
+    while stack:
+        node = stack.pop()
+        target = layout.link_target(node) if node.kind in (Kind.LINK, Kind.VIEW_LINK) else None
+        found.append((layout.path_of(node), node.ino, node.kind, target))
+        if isinstance(node, Dir):
+            stack.extend(layout.listing(node))
+    return found
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.dictionaries(_awkward_keys, _shapes, min_size=1, max_size=5), nest=st.booleans())
+@example(shape={f"w{n}": "tensor" for n in range(300)}, nest=False)  # a directory's children made in bulk
+@example(shape={"x": "leaf", "m": {f"a.b{n}": "tensor" for n in range(300)}}, nest=True)
+@example(shape={f"w{n}": "shared" if n % 7 == 0 else "tensor" for n in range(300)}, nest=False)
+def test_tensors_met_once_are_placed_when_asked_for_as_when_walked(tmp_path: Path, shape: dict[Any, Any],
+                                                                   nest: bool) -> None:
+    """Where no tensor is met twice, their places are made only when asked for (``Places``' ``met_once``): the
+    same entries, numbers, kinds, links and first places as when every place is made by the walk."""
+    obj = _materialize(shape, torch.arange(3), [0])
+    with ckptfs.open(save_zip(obj, tmp_path / "random.pt")) as ck:
+        lazy = Layout(ck, nest=nest)
+        assert lazy.places._met_once == (ck.alias_count == 0)  # noqa: SLF001
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("ckptfs.fs.layout.Places", lambda *args, **kw: Places(*args, **{**kw, "met_once": False}))
+            walked = Layout(ck, nest=nest)
+        assert _shown(lazy) == _shown(walked)
+        for tensor in ck.tensors:
+            assert lazy.places.first_place(tensor) == walked.places.first_place(tensor)
+            assert lazy.path_of(lazy.node_of(tensor)) == walked.path_of(walked.node_of(tensor))
+        for _, ino, _, _ in _shown(walked):
+            found, expected = Layout(ck, nest=nest).node_at(ino), walked.node_at(ino)
+            assert (found and (found.name, found.kind)) == (expected and (expected.name, expected.kind))
 
 
 def _check_index_size(layout: Layout) -> None:

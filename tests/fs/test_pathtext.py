@@ -17,6 +17,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.model import trails as trail_cache
 from ckptfs.model.encoding import encode_key
+from ckptfs.model.records import path_of, short_trail
 
 _keys = st.one_of(st.text(max_size=4), st.integers(-5, 5), st.tuples(st.integers(0, 2)), st.binary(max_size=3),
                   st.none(), st.floats(allow_nan=True))
@@ -60,6 +61,23 @@ def test_lengths_equal_the_texts_lengths(parent: list[Any], keys: list[Any], oth
     trails = [(key, base) for key in keys] + [_trail(other) for other in others]
     for asked in (trails[: len(keys)], trails):
         assert PathTexts(1 << 20).lengths(asked) == [len(PathTexts(1 << 20).path_text(t)) for t in asked]
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.one_of(st.text(max_size=6), _keys), max_size=8), others=st.lists(st.lists(_keys, max_size=2),
+                                                                                          max_size=2))
+def test_short_trails_give_the_texts_of_their_pairs(keys: list[Any], others: list[list[Any]]) -> None:
+    """A tensor's trail at the root under a str key is that key alone: its text, length and keys are its pair's,
+    alone, among siblings and mixed with trails of other parents."""
+    pairs = [(key, None) for key in keys] + [_trail(other) for other in others]
+    short = [short_trail(trail) for trail in pairs]
+    assert [type(t) is str for t in short[: len(keys)]] == [type(key) is str for key in keys]
+    for asked, expected in ((short[: len(keys)], pairs[: len(keys)]), (short, pairs)):
+        texts = [PathTexts(1 << 20).path_text(t) for t in expected]
+        assert [PathTexts(1 << 20).path_text(t) for t in asked] == texts
+        assert PathTexts(1 << 20).lengths(asked) == [len(text) for text in texts]
+        assert [path_of(t) for t in asked] == [path_of(t) for t in expected]
+    assert path_of(short_trail(("k", None))) == ("k",) and path_of(_trail(["a", "b"])) == ("a", "b")
 
 
 def test_lengths_of_siblings_past_the_limit_fail() -> None:

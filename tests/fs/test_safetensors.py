@@ -6,6 +6,7 @@ import json
 import struct
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
@@ -20,11 +21,15 @@ from ckptfs.errors import LimitExceededError
 from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
-from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name
+from ckptfs.fs import safetensors as safetensors_view
+from ckptfs.fs.safetensors import Tree as MemberTree
+from ckptfs.fs.safetensors import COUNTED_MEMBERS, DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name, members
 from ckptfs.limits import Limits
 from ckptfs.model.dtypes import DTYPES
 from ckptfs.model.encoding import has_surrogates
 from ckptfs.model.records import Storage, Tensor, contiguous_strides
+from ckptfs.model.tree import children
+from ckptfs.pickle.values import Global, PickledObject
 
 
 def whole(layout: Layout, ck: Checkpoint, path: str) -> bytes:
@@ -151,16 +156,18 @@ _dims = st.lists(st.integers(0, 1 << 40) | st.integers(0, 12), max_size=4).map(t
 @given(members=st.lists(st.tuples(_names, st.sampled_from(sorted(DTYPE_NAMES) + ["float4_e2m1fn_x2"]), _dims),
                         max_size=30, unique_by=lambda member: member[0]),
        left_out=st.lists(st.tuples(_names, st.sampled_from(["quantized", "no data"])), max_size=3),
-       source=_names)
+       source=_names, counted=st.sampled_from([1, 2, 5, COUNTED_MEMBERS]))
 def test_header_length_is_computed_without_the_header(members: list[tuple[str, str, tuple[int, ...]]],
-                                                       left_out: list[tuple[str, str]], source: str) -> None:
+                                                       left_out: list[tuple[str, str]], source: str,
+                                                       counted: int) -> None:
     """The size (a listing's) is arithmetic on the members; the header made when read is exactly that long and is
     what ``json.dumps`` of the header's dict gives, for any names (quotes, escapes, control characters, unicode),
-    dtypes, shapes (empty tensors, offsets of any length)."""
+    dtypes, shapes (empty tensors, offsets of any length), however many members are counted at a time."""
     found = [(name, _record(dtype, shape)) for name, dtype, shape in members
              if name != "__metadata__" and (shape or dtype != "float4_e2m1fn_x2")]  # as ``members`` leaves out
     left = [LeftOut(*item) for item in left_out]
-    made = SafetensorsFile(Members([n for n, _ in found], [t for _, t in found]), left, source, 1 << 30)
+    with mock.patch.object(safetensors_view, "COUNTED_MEMBERS", counted):
+        made = SafetensorsFile(Members([n for n, _ in found], [t for _, t in found]), left, source, 1 << 30)
     data_length = sum(tensor.nbytes for _, tensor in found)
     assert made.size == made.header_length + data_length
     assert made._header is None  # noqa: SLF001 - the listing's size must not have made it
@@ -225,3 +232,18 @@ def test_containers_of_tensors_only_give_the_members_a_child_at_a_time_gives(
         for fast, slow in zip(made, walked):
             assert (fast.names, fast.header, fast.size) == (slow.names, slow.header, slow.size)
             assert [id(tensor) for tensor in fast.tensors] == [id(tensor) for tensor in slow.tensors]
+
+
+@pytest.mark.parametrize("bulk", [1, 1 << 20])
+def test_a_key_met_twice_in_one_container_is_left_out_the_second_time(bulk: int) -> None:
+    """An object's items may repeat a key (a pickle's ``SETITEMS`` on an object of an unknown class): the second is
+    left out as met twice, whether the container is checked whole or a child at a time."""
+    tensors = [_record("float32", (2,)) for _ in range(70)]
+    items = [(f"w{n}", tensor) for n, tensor in enumerate(tensors[:-1])] + [("w3", tensors[-1])]
+    top = {"layer": PickledObject(Global("m", "Layer"), dict_items=items)}
+    tree = MemberTree(lambda value: list(children(value)), lambda *_: True)
+    with mock.patch.object(safetensors_view, "BULK_MEMBERS", bulk):
+        found, left_out = members(top, tree)
+    assert found.names == [f"layer.w{n}" for n in range(69)]
+    assert [id(tensor) for tensor in found.tensors] == [id(tensor) for tensor in tensors[:-1]]
+    assert left_out == [LeftOut("layer.w3", "name met twice")]
