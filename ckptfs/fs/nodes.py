@@ -19,9 +19,12 @@ BULK_SIZES = 256
 (``listing_plan``, ``Dir.listed_sizes``): below it, a bulk pass's fixed cost is more than a node per entry costs."""
 
 
-def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
+def listing_plan(values: list[Any], views: Sequence[View], bulk: bool = False) -> array[int]:
     """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
-    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
+    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time).
+    ``bulk``: ``values`` are all tensors, their plan made with numpy (``fs.layout.BULK_TENSORS``)."""
+    if bulk and BULK_SIZES <= len(values) < _MOST_CODED:
+        return _tensors_plan(values, views)
     tensors = [value for value in values if isinstance(value, Tensor)]
     if len(tensors) < BULK_SIZES:
         shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
@@ -41,7 +44,31 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     return plan
 
 
+_MOST_CODED = 1 << (32 - SLOT_BITS)
+"""Children whose codes fit the plan's 32-bit items (more fail in ``array.append``, as a plan can hold no more)."""
+
+
+def _tensors_plan(tensors: list[Tensor], views: Sequence[View]) -> array[int]:
+    """``listing_plan`` of tensors only: a row per tensor of its codes and a column per view, the codes of views
+    not shown left out (rows read in order: each tensor, then its views in ``views``' order)."""
+    import numpy as np  # here: a command line that lists no big directory starts without it
+
+    count = len(tensors)
+    columns = [view.shown(tensors) for view in views]
+    codes = np.arange(count, dtype=np.uint32) << np.uint32(SLOT_BITS)
+    rows = codes[:, None] | np.array([0, *[view.slot for view in views]], dtype=np.uint32)
+    kept = np.ones(rows.shape, dtype=bool)
+    for column, flags in enumerate(columns, 1):
+        if flags.count(True) != count:
+            kept[:, column] = flags
+    plan = array("I")
+    plan.frombytes(rows[kept].astype(f"u{plan.itemsize}").tobytes())
+    return plan
+
+
 class Kind(enum.Enum):
+    __hash__ = object.__hash__  # Enum's hashes the name in Python: listings look up a kind per entry
+
     DIR = "dir"
     TENSOR = "tensor"
     VIEW = "view"
@@ -250,17 +277,22 @@ class TensorChildren(Sequence[Node]):
                 kinds: list[Kind]) -> None:
         """``Dir.listed_columns`` of the entries ``codes`` of the plan, appended to ``names``, ``inos`` and ``kinds``,
         without a node."""
+        if not codes:
+            return
         own, firsts, base = self.names, self.firsts, self.base
-        for code in codes:
-            position, slot = code >> SLOT_BITS, code & _SLOT_MASK
-            first = firsts[position]
-            if slot:
-                names.append(own[position] + by_slot[slot].suffix)  # type: ignore[union-attr]
-                kinds.append(Kind.VIEW if first else Kind.VIEW_LINK)
-            else:
-                names.append(own[position])
-                kinds.append(Kind.TENSOR if first else Kind.LINK)
-            inos.append(base + code)
+        suffixes = [view.suffix if view is not None else "" for view in by_slot]
+        names += [own[code >> SLOT_BITS] + suffixes[code & _SLOT_MASK] for code in codes]
+        inos += [base + code for code in codes]
+        files, links = _FILE_KINDS, _LINK_KINDS
+        if 0 in firsts[codes[0] >> SLOT_BITS : (codes[-1] >> SLOT_BITS) + 1]:
+            kinds += [(files if firsts[code >> SLOT_BITS] else links)[code & _SLOT_MASK] for code in codes]
+        else:
+            kinds += [files[code & _SLOT_MASK] for code in codes]
+
+
+_FILE_KINDS = [Kind.TENSOR] + [Kind.VIEW] * _SLOT_MASK
+_LINK_KINDS = [Kind.LINK] + [Kind.VIEW_LINK] * _SLOT_MASK
+"""A child's kind (slot 0) and its views' by slot, for a child shown at its first place and for a link."""
 
 
 def _pick(items: Sequence[Node], positions: list[int]) -> list[Node]:
