@@ -268,6 +268,10 @@ class TensorChildren(Sequence[Node]):
         """``Dir.listed_sizes``' sizes of the children at ``positions`` (``view``: of that view of each), a node made
         only for a link (its size is its target's path's length)."""
         firsts, values = self.firsts, self.values
+        if positions and positions[-1] - positions[0] == len(positions) - 1 and (
+                0 not in firsts[positions[0] : positions[-1] + 1]):  # a run of files (positions ascend)
+            files = values[positions[0] : positions[-1] + 1]
+            return data_sizes(files) if view is None else view.sizes(files)
         files = [values[position] for position in positions if firsts[position]]
         made = iter(data_sizes(files) if view is None else view.sizes(files))
         suffix_length = 0 if view is None else len(view.suffix.encode("utf-8"))
