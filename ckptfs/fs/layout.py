@@ -267,8 +267,7 @@ class Layout(Contents):
         names = listed_names(self.places, directory, boxed)
         made = directory.made or {}
         values = [child for _, child in pairs]
-        only_tensors = len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}
-        if not made and not boxed and only_tensors:
+        if not made and not boxed and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
             kids = TensorChildren(directory, pairs, pairs.values if isinstance(pairs, DictPairs) else values, names, base,
                                   self.places.firsts_in(container, values))
         else:
@@ -282,7 +281,7 @@ class Layout(Contents):
             bundle = entries[SAFETENSORS_NAME] = self._bundle(directory)
             directory.tail = [bundle]
         directory.made = directory.named = None
-        directory.plan = listing_plan(values, self.views, self.bulk and only_tensors)
+        directory.plan = listing_plan(values, self.views)
         directory.children = kids
         directory.entries = entries
 

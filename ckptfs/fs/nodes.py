@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 from array import array
+from itertools import repeat
 from operator import itemgetter
-from typing import Any, Callable, Sequence, overload
+from typing import Any, Callable, Iterator, Sequence, overload
 
 from ckptfs.fs.views import View, data_sizes
 from ckptfs.model.records import Key, Tensor
@@ -19,17 +20,22 @@ BULK_SIZES = 256
 (``listing_plan``, ``Dir.listed_sizes``): below it, a bulk pass's fixed cost is more than a node per entry costs."""
 
 
-def listing_plan(values: list[Any], views: Sequence[View], bulk: bool = False) -> array[int]:
+def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     """``Dir.plan`` of a container's children ``values``: each child's position times ``2 ** SLOT_BITS``, each
-    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time).
-    ``bulk``: ``values`` are all tensors, their plan made with numpy (``fs.layout.BULK_TENSORS``)."""
-    if bulk and BULK_SIZES <= len(values) < _MOST_CODED:
-        return _tensors_plan(values, views)
+    tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
     tensors = [value for value in values if isinstance(value, Tensor)]
     if len(tensors) < BULK_SIZES:
-        shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+        shown: Iterator[tuple[bool, ...]] = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
     else:
-        shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
+        columns: list[list[bool] | bool] = []
+        for view in views:
+            flags = view.shown(tensors)
+            shown_by = flags.count(True)
+            columns.append(flags if 0 < shown_by < len(flags) else shown_by > 0)  # a view shown by all or none
+        if len(tensors) == len(values) and not any(isinstance(column, list) for column in columns):
+            return _rows_plan(len(values), [view.slot for view, column in zip(views, columns) if column])
+        shown = (zip(*[repeat(column) if isinstance(column, bool) else column for column in columns]) if views
+                 else iter([()] * len(tensors)))
     slots: dict[tuple[bool, ...], list[int]] = {}
     plan = array("I")
     for position, value in enumerate(values):
@@ -44,25 +50,13 @@ def listing_plan(values: list[Any], views: Sequence[View], bulk: bool = False) -
     return plan
 
 
-_MOST_CODED = 1 << (32 - SLOT_BITS)
-"""Children whose codes fit the plan's 32-bit items (more fail in ``array.append``, as a plan can hold no more)."""
-
-
-def _tensors_plan(tensors: list[Tensor], views: Sequence[View]) -> array[int]:
-    """``listing_plan`` of tensors only: a row per tensor of its codes and a column per view, the codes of views
-    not shown left out (rows read in order: each tensor, then its views in ``views``' order)."""
-    import numpy as np  # here: a command line that lists no big directory starts without it
-
-    count = len(tensors)
-    columns = [view.shown(tensors) for view in views]
-    codes = np.arange(count, dtype=np.uint32) << np.uint32(SLOT_BITS)
-    rows = codes[:, None] | np.array([0, *[view.slot for view in views]], dtype=np.uint32)
-    kept = np.ones(rows.shape, dtype=bool)
-    for column, flags in enumerate(columns, 1):
-        if flags.count(True) != count:
-            kept[:, column] = flags
-    plan = array("I")
-    plan.frombytes(rows[kept].astype(f"u{plan.itemsize}").tobytes())
+def _rows_plan(count: int, slots: list[int]) -> array[int]:
+    """``listing_plan`` of ``count`` tensors beside each of which the views of ``slots`` are shown: a column of the
+    plan at a time (each child's codes a row)."""
+    width = 1 + len(slots)
+    plan = array("I", [0]) * (count * width)
+    for column, slot in enumerate([0, *slots]):
+        plan[column::width] = array("I", range(slot, (count << SLOT_BITS) + slot, 1 << SLOT_BITS))
     return plan
 
 

@@ -53,7 +53,6 @@ _FAMILY_FIELDS = attrgetter(
 
 
 _STORAGE, _QUANTIZATION, _INLINE = attrgetter("storage"), attrgetter("quantization"), attrgetter("inline_data")
-_TRAIL = attrgetter("trail")
 
 
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
@@ -115,12 +114,9 @@ class SidecarMaker:
             templates = [self._template(tensor) for tensor in tensors]
             return [len(self(t)) if p is None else p.fixed + len(path_text(t.trail)) + len("".join(p.varying(t)))
                     for t, p in zip(tensors, templates)]
-        found = list(_families(tensors))
-        if self._bulk and found and None not in found:
-            return self._family_sizes(tensors, found)
         sizes = [0] * len(tensors)
         families: dict[tuple[Any, ...], list[int]] = {}
-        for index, family in enumerate(found):
+        for index, family in enumerate(_families(tensors)):
             if family is None:
                 sizes[index] = len(self(tensors[index]))
                 continue
@@ -135,21 +131,6 @@ class SidecarMaker:
             for index, length, path in zip(indices, template.lengths(members), paths):
                 sizes[index] = template.fixed + path + length
         return sizes
-
-    def _family_sizes(self, tensors: list[Tensor], families: list[tuple[Any, ...]]) -> list[int]:
-        """``sizes`` of tensors none rendered whole, of the ``families`` given: grouped by family with numpy, the
-        key paths' lengths counted over them all at once (siblings': one pass)."""
-        import numpy as np  # here: a command line that lists no big directory starts without it
-
-        firsts: dict[tuple[Any, ...], int] = {}
-        ids = np.array(list(map(firsts.setdefault, families, range(len(families)))))  # each family's first index
-        order = np.argsort(ids, kind="stable")
-        sizes = np.array(self._paths.lengths(list(map(_TRAIL, tensors))), dtype=np.int64)
-        for indices in np.split(order, np.flatnonzero(np.diff(ids[order])) + 1):
-            members = [tensors[index] for index in indices.tolist()]
-            template = self._template_of(families[indices[0]], members[0])
-            sizes[indices] += np.array(template.lengths(members), dtype=np.int64) + template.fixed
-        return sizes.tolist()  # type: ignore[no-any-return]
 
     def _template(self, tensor: Tensor) -> _Template | None:
         family = _family(tensor)

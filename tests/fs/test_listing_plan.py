@@ -1,6 +1,6 @@
-"""A directory of tensors only has its plan made with numpy (``fs.nodes.listing_plan`` in bulk): the plan the loop
-over its children makes, for any tensors (with and without a ``.npy``, per-channel quantized, without data) and
-any views shown."""
+"""A big directory's plan (``fs.nodes.listing_plan``), made from each view's flags for all its children at once (a
+column at a time when each view is shown beside all its tensors or none), is the plan made a child at a time, for
+any tensors (with and without a ``.npy``, per-channel quantized, without data), values and views shown."""
 
 from __future__ import annotations
 
@@ -42,23 +42,29 @@ def opened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ckptfs.Ch
 
 
 def _by_tensor(values: list[Any], views: Any) -> array[int]:
-    """The plan a tensor at a time: each child's code, then each view's shown beside it."""
+    """The plan a child at a time: each child's code, then each view's shown beside a tensor."""
     plan = array("I")
     for position, value in enumerate(values):
         plan.append(position << SLOT_BITS)
-        plan.extend([position << SLOT_BITS | view.slot for view in views if view.shows(value)])
+        if isinstance(value, Tensor):
+            plan.extend([position << SLOT_BITS | view.slot for view in views if view.shows(value)])
     return plan
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(picks=st.lists(st.integers(0, 6), max_size=40), shown=st.sets(st.sampled_from(VIEW_NAMES)))
-def test_a_plan_made_with_numpy_is_the_loops(opened: tuple[ckptfs.Checkpoint, list[Tensor]],
-                                              monkeypatch: pytest.MonkeyPatch, picks: list[int],
-                                              shown: set[str]) -> None:
-    monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.integers(0, 8), max_size=40), repeated=st.integers(0, 40),
+       shown=st.sets(st.sampled_from(VIEW_NAMES)))
+def test_a_plan_made_a_view_at_a_time_is_the_plan_a_child_at_a_time(
+        opened: tuple[ckptfs.Checkpoint, list[Tensor]], monkeypatch: pytest.MonkeyPatch, picks: list[int],
+        repeated: int, shown: set[str]) -> None:
+    """Children picked among tensors of every kind and values (a view then shown beside some tensors only, or
+    beside none, or all: the plan made a column at a time when the children are all tensors)."""
     ck, tensors = opened
-    values = [tensors[pick] for pick in picks]
+    pool = [*tensors, 5, {"a": 1}]
+    values = [pool[pick] for pick in picks] * (repeated if len(set(picks)) == 1 else 1)
     views = Layout(ck, views=shown).views
-    made = listing_plan(values, views, bulk=True)
-    assert made == listing_plan(values, views) == _by_tensor(values, views)
-    assert made.typecode == "I"
+    expected = _by_tensor(values, views)
+    for bulk in (0, 1 << 30):  # each view's flags for all the children at once; a child at a time
+        monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", bulk)
+        made = listing_plan(values, views)
+        assert made.typecode == "I" and made == expected
