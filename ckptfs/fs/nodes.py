@@ -29,9 +29,9 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     else:
         columns: list[list[bool] | bool] = []
         for view in views:
-            flags = view.shown(tensors)
-            shown_by = flags.count(True)
-            columns.append(flags if 0 < shown_by < len(flags) else shown_by > 0)  # a view shown by all or none
+            column = view.shown(tensors)
+            shown_by = column.count(True)
+            columns.append(column if 0 < shown_by < len(column) else shown_by > 0)  # a view shown by all or none
         if len(tensors) == len(values) and not any(isinstance(column, list) for column in columns):
             return _rows_plan(len(values), [view.slot for view, column in zip(views, columns) if column])
         shown = (zip(*[repeat(column) if isinstance(column, bool) else column for column in columns]) if views

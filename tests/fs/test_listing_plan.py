@@ -5,8 +5,8 @@ any tensors (with and without a ``.npy``, per-channel quantized, without data), 
 from __future__ import annotations
 
 from array import array
-from pathlib import Path
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
