@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 from array import array
+from itertools import repeat
 from operator import itemgetter
-from typing import Any, Callable, Sequence, overload
+from typing import Any, Callable, Iterator, Sequence, overload
 
 from ckptfs.fs.views import View, data_sizes
 from ckptfs.model.records import Key, Tensor
@@ -24,9 +25,17 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     tensor's followed by that plus the slot of each view shown beside it (``View.shown``, a view at a time)."""
     tensors = [value for value in values if isinstance(value, Tensor)]
     if len(tensors) < BULK_SIZES:
-        shown = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
+        shown: Iterator[tuple[bool, ...]] = iter([tuple([view.shows(tensor) for view in views]) for tensor in tensors])
     else:
-        shown = iter(zip(*[view.shown(tensors) for view in views]) if views else [()] * len(tensors))
+        columns: list[list[bool] | bool] = []
+        for view in views:
+            column = view.shown(tensors)
+            shown_by = column.count(True)
+            columns.append(column if 0 < shown_by < len(column) else shown_by > 0)  # a view shown by all or none
+        if len(tensors) == len(values) and not any(isinstance(column, list) for column in columns):
+            return _rows_plan(len(values), [view.slot for view, column in zip(views, columns) if column])
+        shown = (zip(*[repeat(column) if isinstance(column, bool) else column for column in columns]) if views
+                 else iter([()] * len(tensors)))
     slots: dict[tuple[bool, ...], list[int]] = {}
     plan = array("I")
     for position, value in enumerate(values):
@@ -41,7 +50,19 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     return plan
 
 
+def _rows_plan(count: int, slots: list[int]) -> array[int]:
+    """``listing_plan`` of ``count`` tensors beside each of which the views of ``slots`` are shown: a column of the
+    plan at a time (each child's codes a row)."""
+    width = 1 + len(slots)
+    plan = array("I", [0]) * (count * width)
+    for column, slot in enumerate([0, *slots]):
+        plan[column::width] = array("I", range(slot, (count << SLOT_BITS) + slot, 1 << SLOT_BITS))
+    return plan
+
+
 class Kind(enum.Enum):
+    __hash__ = object.__hash__  # Enum's hashes the name in Python: listings look up a kind per entry
+
     DIR = "dir"
     TENSOR = "tensor"
     VIEW = "view"
@@ -241,6 +262,10 @@ class TensorChildren(Sequence[Node]):
         """``Dir.listed_sizes``' sizes of the children at ``positions`` (``view``: of that view of each), a node made
         only for a link (its size is its target's path's length)."""
         firsts, values = self.firsts, self.values
+        if positions and positions[-1] - positions[0] == len(positions) - 1 and (
+                0 not in firsts[positions[0] : positions[-1] + 1]):  # a run of files (positions ascend)
+            files = values[positions[0] : positions[-1] + 1]
+            return data_sizes(files) if view is None else view.sizes(files)
         files = [values[position] for position in positions if firsts[position]]
         made = iter(data_sizes(files) if view is None else view.sizes(files))
         suffix_length = 0 if view is None else len(view.suffix.encode("utf-8"))
@@ -250,17 +275,22 @@ class TensorChildren(Sequence[Node]):
                 kinds: list[Kind]) -> None:
         """``Dir.listed_columns`` of the entries ``codes`` of the plan, appended to ``names``, ``inos`` and ``kinds``,
         without a node."""
+        if not codes:
+            return
         own, firsts, base = self.names, self.firsts, self.base
-        for code in codes:
-            position, slot = code >> SLOT_BITS, code & _SLOT_MASK
-            first = firsts[position]
-            if slot:
-                names.append(own[position] + by_slot[slot].suffix)  # type: ignore[union-attr]
-                kinds.append(Kind.VIEW if first else Kind.VIEW_LINK)
-            else:
-                names.append(own[position])
-                kinds.append(Kind.TENSOR if first else Kind.LINK)
-            inos.append(base + code)
+        suffixes = [view.suffix if view is not None else "" for view in by_slot]
+        names += [own[code >> SLOT_BITS] + suffixes[code & _SLOT_MASK] for code in codes]
+        inos += [base + code for code in codes]
+        files, links = _FILE_KINDS, _LINK_KINDS
+        if 0 in firsts[codes[0] >> SLOT_BITS : (codes[-1] >> SLOT_BITS) + 1]:
+            kinds += [(files if firsts[code >> SLOT_BITS] else links)[code & _SLOT_MASK] for code in codes]
+        else:
+            kinds += [files[code & _SLOT_MASK] for code in codes]
+
+
+_FILE_KINDS = [Kind.TENSOR] + [Kind.VIEW] * _SLOT_MASK
+_LINK_KINDS = [Kind.LINK] + [Kind.VIEW_LINK] * _SLOT_MASK
+"""A child's kind (slot 0) and its views' by slot, for a child shown at its first place and for a link."""
 
 
 def _pick(items: Sequence[Node], positions: list[int]) -> list[Node]:

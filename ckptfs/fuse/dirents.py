@@ -31,23 +31,32 @@ COMPILED, PATH_NAME = _load()
 
 
 class Names:
-    """A window's names; for the compiled loop also as it takes them (``text``)."""
+    """A window's names, encoded as a loop takes them: one at a time (``names``) or, for the compiled loop, all
+    joined (``text``), each made on first use."""
 
-    __slots__ = ("names", "count", "_text")
+    __slots__ = ("texts", "count", "_names", "_text")
 
-    def __init__(self, names: list[bytes]) -> None:
-        self.names = names
-        self.count = len(names)
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.count = len(texts)
+        self._names: list[bytes] | None = None
         self._text: bytes | None = b""
         """b"": not made yet (a made text holds a NUL at least)."""
 
     @property
+    def names(self) -> list[bytes]:
+        """Each name's UTF-8 bytes: for the Python loop and the high-level API's filler (``-o rw``)."""
+        if self._names is None:
+            self._names = [text.encode("utf-8") for text in self.texts]
+        return self._names
+
+    @property
     def text(self) -> bytes | None:
-        """The names each NUL-terminated one after another, made on first use: only the low-level lister's
-        ``add_entries`` takes them, not the high-level API's filler (``-o rw``). None when a name holds a NUL: the
-        Python loop then adds them, as C would read such a name cut short."""
+        """The names each NUL-terminated one after another, encoded at once: only the low-level lister's
+        ``add_entries`` takes them. None when a name holds a NUL: the Python loop then adds them, as C would read
+        such a name cut short."""
         if self._text == b"":
-            text = b"\0".join(self.names) + b"\0"
+            text = ("\0".join(self.texts) + "\0").encode("utf-8")
             self._text = text if text.count(0) == self.count else None
         return self._text
 

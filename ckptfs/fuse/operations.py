@@ -208,7 +208,7 @@ class CheckpointFS:
         modes = self._modes
         memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
                              sizes[start:stop])
-        window = _Window(directory, start, Names([name.encode("utf-8") for name in names]), memory,
+        window = _Window(directory, start, Names(names), memory,
                          ctypes.addressof(ctypes.c_char.from_buffer(memory)))
         self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
         return window
@@ -243,7 +243,9 @@ class CheckpointFS:
                 found = self.layout.listing_sizes(directory, start, start + SIZES_WINDOW)
             except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
                 found = [self._size(node) for node in self.layout.listing_slice(directory, start, start + SIZES_WINDOW)]
-            sizes.extend([min(size, MAX_FILE_SIZE) for size in found])
+            if max(found, default=0) > MAX_FILE_SIZE:
+                found = [min(size, MAX_FILE_SIZE) for size in found]
+            sizes.extend(found)
         listing = _Listing(directory, sizes)
         self._listed += len(sizes)
         if self._listed > MAX_LISTED_ENTRIES:
