@@ -53,6 +53,8 @@ ROOT_VALUE_NAME = "%root"
 MAX_NAME_BYTES = 240
 CUT_NAME_BYTES = 200
 HASH_DIGITS = 16
+CHECKED_KEYS = 1 << 14
+"""Keys whose text is checked for escapes at a time (``child_names`` of many plain keys)."""
 
 
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
@@ -108,9 +110,11 @@ def _plain_names(keys: list[Key]) -> list[str] | None:
     200,000 tensors' names)."""
     if not keys or set(map(type, keys)) != {str} or not min(map(len, keys)):
         return None
-    text = "".join(keys)  # type: ignore[arg-type]
-    if (text.encode("ascii").translate(None, _PLAIN_ASCII) if text.isascii() else _ESCAPED_CHAR.search(text)) or any(
-            map(_STARTS_WITH_DOT, keys)) or any(map(_ENDS_RESERVED, keys)):
+    for first in range(0, len(keys), CHECKED_KEYS):  # a chunk at a time: 200,000 keys' text at once is ~16 MB
+        text = "".join(keys[first : first + CHECKED_KEYS])  # type: ignore[arg-type]
+        if text.encode("ascii").translate(None, _PLAIN_ASCII) if text.isascii() else _ESCAPED_CHAR.search(text):
+            return None
+    if any(map(_STARTS_WITH_DOT, keys)) or any(map(_ENDS_RESERVED, keys)):
         return None
     names: list[str] = list(keys)  # type: ignore[arg-type]
     if max(map(len, names)) > MAX_NAME_BYTES // 4:

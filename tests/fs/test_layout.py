@@ -32,6 +32,7 @@ from ckptfs.fs.names import (
     key_of_name,
 )
 from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs import names as names_module
 from ckptfs.fs.places import Places
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.fs.views import SIDECAR_SUFFIX
@@ -99,8 +100,13 @@ _state_dict_keys = st.one_of(
 @example(["layer.0.weight", ""])
 @example(["layer.0.weight", "ä" * 61, "a" * 61])
 def test_str_keys_are_named_in_bulk_as_one_by_one(keys: list[str]) -> None:
-    """A container of str keys only (a state dict) is named a column at a time: the names each key has alone."""
-    assert child_names(keys) == [entry_name(key) for key in keys]
+    """A container of str keys only (a state dict) is named a column at a time, its text checked a chunk at a
+    time: the names each key has alone."""
+    expected = [entry_name(key) for key in keys]
+    for checked in (1, 3, names_module.CHECKED_KEYS):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(names_module, "CHECKED_KEYS", checked)
+            assert child_names(keys) == expected
 
 
 def test_repeated_keys_get_a_position_suffix() -> None:
