@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ckptfs.fs.names import RESERVED_SUFFIXES, ROOT_VALUE_NAME, child_names, only_str_key
 from ckptfs.fs.nodes import Dir
-from ckptfs.fs.places import Places, holds
+from ckptfs.fs.places import DictPairs, Places, holds
 from ckptfs.model.records import Tensor
 
 _MISSING = object()
@@ -53,7 +53,12 @@ def listed_names(places: Places, directory: Dir, boxed: bool) -> list[str]:
     """The directory's children's names by position, as listed (``names_of``' when made, else not kept)."""
     if directory.named is not None:
         return directory.named[0]
-    return [ROOT_VALUE_NAME] if boxed else child_names([key for key, _ in places.pairs(directory.value)])
+    if boxed:
+        return [ROOT_VALUE_NAME]
+    pairs = places.pairs(directory.value)
+    if isinstance(pairs, DictPairs):
+        return child_names(pairs.keys, distinct=True)
+    return child_names([key for key, _ in pairs])
 
 
 def names_of(places: Places, directory: Dir, boxed: bool) -> tuple[list[str], dict[str, int]]:

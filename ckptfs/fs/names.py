@@ -84,9 +84,12 @@ def entry_name(key: Key, beside_int: bool = False) -> str:
     return _shorten(name) if len(name) > MAX_NAME_BYTES // 4 else name
 
 
-def child_names(keys: list[Key]) -> list[str]:
-    """The names of one container's children, by position: distinct, each reversible given the container."""
+def child_names(keys: list[Key], distinct: bool = False) -> list[str]:
+    """The names of one container's children, by position: distinct, each reversible given the container.
+    ``distinct``: the keys are (a dict's): plain keys named as they are then need no check of that."""
     names = _plain_names(keys)
+    if names is not None and distinct and names == keys:  # compared by identity first: the keys themselves
+        return names
     if names is None:
         names = [entry_name(key) for key in keys]
     if len(set(names)) == len(names):

@@ -106,7 +106,7 @@ def test_str_keys_are_named_in_bulk_as_one_by_one(keys: list[str]) -> None:
     for checked in (1, 3, names_module.CHECKED_KEYS):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(names_module, "CHECKED_KEYS", checked)
-            assert child_names(keys) == expected
+            assert child_names(keys) == child_names(keys, distinct=True) == expected
 
 
 def test_repeated_keys_get_a_position_suffix() -> None:
