@@ -14,6 +14,7 @@ Python loop for a directory in any other order.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
@@ -31,9 +32,15 @@ class ZipRecords(Mapping[str, ZipEntry]):
 
     def __init__(self, directory: bytes, rows: array[int], numbers: tuple[array[int], array[int]],
                  cd_offset: int) -> None:
-        self._rows = rows
-        self._number_of_row, self._row_of_number = numbers
-        count = len(self._row_of_number)
+        count = len(numbers[1])
+        self._rows: array[int] | None = rows
+        """The scanner's rows until the data offsets are computed from them (``resolve_storages``); the columns
+        below hold what is read of them, in 34 bytes a record rather than 64."""
+        self._name_length, self._method, self._flags = (_column(rows, field, "H") for field in (1, 2, 3))
+        self._csize, self._size, self._header = (_column(rows, field, "q") for field in (4, 5, 6))
+        self._crc = _column(rows, 7, "I")
+        index = "i" if count < 1 << 31 else "q"
+        self._number_of_row, self._row_of_number = (_narrowed(column, index) for column in numbers)
         self._cd_offset = cd_offset
         first = directory[rows[0] : rows[0] + rows[1]].decode("ascii")
         self.first_prefix = first[: first.index("/") + 1]
@@ -121,22 +128,25 @@ class ZipRecords(Mapping[str, ZipEntry]):
             row = self._other_rows.get(f"{self.first_prefix}{directory}/{key}", -1)
         if row < 0:
             return None
-        at, rows = row * _FIELDS, self._rows
-        return row, rows[at + 5], rows[at + 2], rows[at + 7]
+        return row, self._size[row], self._method[row], self._crc[row]
 
     def numbered(self, numbers: list[int]) -> list[tuple[int, int, int, int]]:
         """For each number, its record's row and the size, method and CRC-32 the directory gives it; a row of -1
         (and 0s) where no record has the number (-1, or past the record count: ``storage_fields`` then looks)."""
-        count, row_of_number, rows = len(self._row_of_number), self._row_of_number, self._rows
+        count, row_of_number = len(self._row_of_number), self._row_of_number
+        size, method, crc = self._size, self._method, self._crc
         found = [row_of_number[number] if 0 <= number < count else -1 for number in numbers]
-        return [(row, rows[row * _FIELDS + 5], rows[row * _FIELDS + 2], rows[row * _FIELDS + 7]) if row >= 0
-                else (-1, 0, 0, 0) for row in found]
+        return [(row, size[row], method[row], crc[row]) if row >= 0 else (-1, 0, 0, 0) for row in found]
 
     def resolve_storages(self, rows: list[int], alignment: int, read_offset: Callable[[ZipEntry], int]) -> list[int]:
         """The data offset of each of ``rows``, kept: computed by torch's rule where the directory shows its layout,
         else ``read_offset`` of the record's entry (its local header read, and so checked)."""
         # Every row's offset is computed (one C loop); a record no storage names is checked before its first use.
-        computed = cscan.data_offsets(self._rows, len(self._row_of_number), self._cd_offset, alignment)
+        if self._rows is None:
+            computed = self._data_offset
+        else:
+            computed = cscan.data_offsets(self._rows, len(self._row_of_number), self._cd_offset, alignment)
+            self._rows = None
         numbers, made = self._number_of_row, self._made
         for row in [row for row in rows if computed[row] < 0 or numbers[row] < 0]:
             entry = made.get(self._other_names[row]) if numbers[row] < 0 else None
@@ -158,7 +168,22 @@ class ZipRecords(Mapping[str, ZipEntry]):
         return self._other_names[row] if number < 0 else self._data + str(number)
 
     def _entry(self, row: int, name: str) -> ZipEntry:
-        rows, at = self._rows, row * _FIELDS
-        following = rows[at + _FIELDS + 6] if row + 1 < len(self._row_of_number) else self._cd_offset
-        return ZipEntry(name, rows[at + 2], rows[at + 3], rows[at + 4], rows[at + 5], rows[at + 6],
-                        self._data_offset[row], bool(self._checked[row]), rows[at + 7], following)
+        header = self._header
+        following = header[row + 1] if row + 1 < len(header) else self._cd_offset
+        return ZipEntry(name, self._method[row], self._flags[row], self._csize[row], self._size[row], header[row],
+                        self._data_offset[row], bool(self._checked[row]), self._crc[row], following)
+
+
+def _column(rows: array[int], field: int, code: str) -> array[int]:
+    """Field ``field`` of every row, as an array of typecode ``code``, which holds its every value."""
+    return _narrowed(rows[field::_FIELDS], code)
+
+
+def _narrowed(column: array[int], code: str) -> array[int]:
+    """The int64s of ``column`` as an array of typecode ``code``, which holds their every value: each one's low
+    bytes (two's complement), taken by one strided copy rather than an int object per value."""
+    step = column.itemsize // array(code).itemsize
+    if step == 1:
+        return column
+    low = 0 if sys.byteorder == "little" else step - 1
+    return array(code, bytes(memoryview(column).cast("B").cast(code)[low::step]))

@@ -11,6 +11,7 @@ import io
 import struct
 import warnings
 import zipfile
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import ckptfs
 from ckptfs.errors import CkptfsError
 from ckptfs.formats.prefetch import Prefetch
 from ckptfs.formats.zip_archive import ZipArchive
+from ckptfs.formats import zip_records
 from ckptfs.formats.zip_records import ZipRecords
 from ckptfs.pickle import cscan
 from ckptfs.sources import BytesSource
@@ -183,3 +185,14 @@ def test_a_key_the_scanner_does_not_number_is_found_by_its_name(tmp_path: Path) 
     compiled, python, reference = three_paths(lambda: _read_all(path))
     assert compiled == python == reference
     assert [data for _, _, data in compiled] == list(records.values())
+
+
+@given(st.sampled_from([("H", 0, (1 << 16) - 1), ("I", 0, (1 << 32) - 1), ("i", -(1 << 31), (1 << 31) - 1),
+                        ("q", -(1 << 63), (1 << 63) - 1)]).flatmap(
+    lambda kind: st.tuples(st.just(kind[0]), st.lists(st.integers(kind[1], kind[2]), max_size=40))))
+def test_columns_are_narrowed_to_the_values_they_hold(drawn: tuple[str, list[int]]) -> None:
+    """A directory's fields (names' lengths, methods, flags, CRC-32s, record numbers) kept in as many bytes as their
+    values need: the same values, whatever their sign or width."""
+    code, values = drawn
+    narrowed = zip_records._narrowed(array("q", values), code)  # noqa: SLF001
+    assert (narrowed.typecode, narrowed.tolist()) == (code, values)
