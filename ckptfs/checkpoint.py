@@ -88,7 +88,7 @@ class Checkpoint:
         keys = list(root)
         # At the root a tensor's path is its key: only the keys count (the walk's parents' paths are empty).
         key_bytes = sum(map(len, keys)) + 2 * len(keys) if set(map(type, keys)) == {str} else sum(map(key_size, keys))
-        if len(set(map(id, values))) == len(values):  # no tensor met twice
+        if len(set(values)) == len(values):  # no tensor met twice (records hash by identity)
             tensors = values
             for key, tensor in zip(keys, values):
                 tensor.trail = key if type(key) is str else (key, None)

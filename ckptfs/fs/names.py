@@ -88,10 +88,9 @@ def child_names(keys: list[Key], distinct: bool = False) -> list[str]:
     """The names of one container's children, by position: distinct, each reversible given the container.
     ``distinct``: the keys are (a dict's): plain keys named as they are then need no check of that."""
     names = _plain_names(keys)
-    if names is not None and distinct and names == keys:  # compared by identity first: the keys themselves
+    if names is keys and distinct:
         return names
-    if names is None:
-        names = [entry_name(key) for key in keys]
+    names = [entry_name(key) for key in keys] if names is None else list(names)  # a list of its own, to change
     if len(set(names)) == len(names):
         return names
     int_names = {name for name, key in zip(names, keys) if type(key) is int}
@@ -119,11 +118,12 @@ def _plain_names(keys: list[Key]) -> list[str] | None:
             return None
     if any(map(_STARTS_WITH_DOT, keys)) or any(map(_ENDS_RESERVED, keys)):
         return None
+    if max(map(len, keys)) <= MAX_NAME_BYTES // 4:
+        return keys  # type: ignore[return-value]  # named as they are: the list itself, not a copy
     names: list[str] = list(keys)  # type: ignore[arg-type]
-    if max(map(len, names)) > MAX_NAME_BYTES // 4:
-        for position, length in enumerate(map(len, names)):
-            if length > MAX_NAME_BYTES // 4:
-                names[position] = _shorten(names[position])
+    for position, length in enumerate(map(len, names)):
+        if length > MAX_NAME_BYTES // 4:
+            names[position] = _shorten(names[position])
     return names
 
 

@@ -56,6 +56,8 @@ WINDOW = 256
 """Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
 kernel request takes ~20 with attributes)."""
 SIZES_WINDOW = 4096
+_MAX_NARROW_SIZE = (1 << 32) - 1
+"""The largest size a listing's sizes keep in 4 bytes (``array`` typecode ``I``)."""
 """Entries made at once to compute a listing's sizes."""
 
 _STAT = mfusepy.c_stat
@@ -236,15 +238,17 @@ class CheckpointFS:
         listing = self._listings.get(directory.ino)
         if listing is not None and listing.directory is directory:
             return listing
-        sizes = array.array("q", [0, 0])
+        sizes = array.array("I", [0, 0])  # 4 bytes an entry until a file of 4 GiB or more is listed
         total = self.layout.listing_length(directory)
         for start in range(0, total, SIZES_WINDOW):
             try:
                 found = self.layout.listing_sizes(directory, start, start + SIZES_WINDOW)
             except Exception:  # one entry at a time: those whose size fails list with size 0 (logged)
                 found = [self._size(node) for node in self.layout.listing_slice(directory, start, start + SIZES_WINDOW)]
-            if max(found, default=0) > MAX_FILE_SIZE:
+            if max(found, default=0) > _MAX_NARROW_SIZE:
                 found = [min(size, MAX_FILE_SIZE) for size in found]
+                if sizes.typecode == "I":
+                    sizes = array.array("q", sizes)
             sizes.extend(found)
         listing = _Listing(directory, sizes)
         self._listed += len(sizes)

@@ -90,6 +90,23 @@ def test_a_big_directory_lists_in_windows(tmp_path: Path) -> None:
             assert st == _stat_of(fs, "/" + name), name
 
 
+@pytest.mark.parametrize("narrow, typecode", [(8000, "q"), (1 << 32, "I")])
+def test_a_listing_keeps_its_sizes_as_wide_as_they_need(tmp_path: Path, narrow: int, typecode: str) -> None:
+    """Sizes are kept in 4 bytes each until one needs more (here in the second window: tensors grow by 4 bytes
+    each), then in 8; the listing shows each entry's size either way."""
+    tensors = {f"t{n}": torch.zeros(n) for n in range(2 * fuse_ops.SIZES_WINDOW // 3 + 5)}
+    with ckptfs.open(save_zip(tensors, tmp_path / "grow.pt")) as ck, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fuse_ops, "_MAX_NARROW_SIZE", narrow - 1)
+        layout = Layout(ck)
+        fs = fuse_ops.CheckpointFS(ck, layout)
+        listed = _readdir(fs, "/", room=5000)
+        assert fs._listing(layout.root).sizes.typecode == typecode
+        assert [fuse_ops._STAT.from_buffer_copy(st).st_size for _, st, _ in listed] == [
+            fuse_ops._STAT.from_buffer_copy(_stat_of(fs, "/" + name if name not in (".", "..") else "/")).st_size
+            for name, _, _ in listed]
+        assert max(fuse_ops._STAT.from_buffer_copy(st).st_size for _, st, _ in listed) >= 4 * 2700
+
+
 def test_kept_listings_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fuse_ops, "MAX_LISTED_ENTRIES", 10)
     with ckptfs.open(_checkpoint(tmp_path)) as ck:
