@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, Sequence
 
 from ckptfs.errors import CorruptCheckpointError, LimitExceededError, NotACheckpointError, UnsupportedError
 from ckptfs.formats import zip_columns
@@ -45,16 +46,16 @@ class _StorageTable:
         self.entries, self.prefix = archive.entries, archive.prefix
         self.rows = self.entries if isinstance(self.entries, ZipRecords) else None
         """The directory's rows where the compiled scanner read it: a storage's record is then its row."""
-        self.made: list[Any] = []
+        self.made: list[Any] | array[int] = [] if self.rows is None else array("q")
         """The record (entry or row) of each storage ``storage`` made (not the zero-byte aliases of
         ``shared_storage``), in order."""
 
     def forget(self) -> None:
         """Empties the table: the reference parse makes it again."""
         self.storages.clear()
-        self.made.clear()
+        del self.made[:]
 
-    def storage_records(self) -> list[Any]:
+    def storage_records(self) -> list[Any] | array[int]:
         """The record (entry or row) of each storage in ``storages``, in its order: the ones ``storage`` found,
         unless there are aliases among them."""
         if len(self.made) == len(self.storages):
@@ -99,18 +100,26 @@ class _StorageTable:
             raise UnsupportedError(f"record {record!r} uses compression method {method}")
         return self._new_storage(key, dtype, location, numel, made, size, method, crc)
 
-    def storages_of(self, specs: list[tuple[str, DType, str, int, int]]) -> list[Storage]:
-        """``storage`` of each spec (key, dtype, location, numel, the key's number), in order: in one loop for the
-        common storage (met first, numbered, its record's size and method right), ``storage`` for any other."""
+    def storages_of(self, keys: list[str], dtypes: list[DType], locations: list[str], numels: Sequence[int],
+                    numbers: Sequence[int]) -> list[Storage]:
+        """``storage`` of each key, dtype, location, numel and the key's number, in order: in one loop for the common
+        storage (met first, numbered, its record's size and method right), ``storage`` for any other."""
+        specs = zip(keys, dtypes, locations, numels, numbers)
         rows = self.rows
         if rows is None or self.directory != "data":
             return [self.storage(*spec) for spec in specs]
         storages, made, storage = self.storages, self._new_storage, self.storage
-        found = rows.numbered([spec[4] for spec in specs])
-        return [made(key, dtype, location, numel, row, size, method, crc)
-                if row >= 0 and key not in storages and size == numel * dtype.itemsize and method in _METHODS
-                else storage(key, dtype, location, numel, number)
-                for (key, dtype, location, numel, number), (row, size, method, crc) in zip(specs, found)]
+        row_of_number, sizes, methods, crcs = rows.storage_columns()
+        count = len(row_of_number)
+        found = []
+        for key, dtype, location, numel, number in specs:
+            row = row_of_number[number] if 0 <= number < count else -1
+            if (row >= 0 and key not in storages and (size := sizes[row]) == numel * dtype.itemsize
+                    and (method := methods[row]) in _METHODS):
+                found.append(made(key, dtype, location, numel, row, size, method, crcs[row]))
+            else:
+                found.append(storage(key, dtype, location, numel, number))
+        return found
 
     def _new_storage(self, key: str, dtype: DType, location: str, numel: int, record: Any, size: int, method: int,
                      crc: int) -> Storage:
@@ -157,7 +166,9 @@ def open_archive(archive: ZipArchive, limits: Limits) -> ParsedCheckpoint:
         mark_parameters(archive, root, limits)
 
     storages = [s for table in tables for s in table.storages.values()]
-    stored = [record for table in tables for record in table.storage_records()]
+    stored: list[Any] | array[int] = array("q") if isinstance(archive.entries, ZipRecords) else []
+    for table in tables:
+        stored.extend(table.storage_records())
     records_count = len(archive.entries)
     if isinstance(archive.entries, ZipRecords):
         offsets = archive.entries.resolve_storages(stored, alignment, archive.header_data_offset)

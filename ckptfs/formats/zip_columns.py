@@ -10,7 +10,7 @@ storage table is emptied.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ckptfs.errors import CkptfsError
 from ckptfs.limits import Limits
@@ -25,8 +25,8 @@ class _Refused(Exception):
     """The rows would not make what the reference makes."""
 
 
-MakeStorages = Callable[[list[tuple[str, DType, str, int, int]]], list[Storage]]
-"""``_StorageTable.storages_of``: of each (key, dtype, location, numel, the key's number: -1 where not decimal), its
+MakeStorages = Callable[[list[str], list[DType], list[str], Sequence[int], Sequence[int]], list[Storage]]
+"""``_StorageTable.storages_of``: of each key, dtype, location, numel and the key's number (-1 where not decimal), its
 storage."""
 
 
@@ -45,22 +45,29 @@ def load(data: bytes, make_storages: MakeStorages, forget: Callable[[], None], l
 
 def _tree(data: bytes, rows: cscan.Scan, make_storages: MakeStorages) -> dict[str, Any]:
     # A class or location is one opcode's text, met again through the memo: known by its offset.
-    dtypes: dict[int, DType | None] = {}
-    locations: dict[int, str] = {}
-    specs = []
-    for class_at, class_length, key_at, key_length, location_at, location_length, numel, number in cscan.rows(
+    known: dict[int, DType | None] = {}
+    places: dict[int, str] = {}
+    keys: list[str] = []
+    dtypes: list[DType] = []
+    locations: list[str] = []
+    # Columns, not a tuple per storage: 200,000 tuples alive at once leave their memory's pools to the daemon.
+    for class_at, class_length, key_at, key_length, location_at, location_length, _, _ in cscan.rows(
             rows.storages, cscan.STORAGE_FIELDS):
-        dtype = dtypes.get(class_at, _UNSEEN)
+        dtype = known.get(class_at, _UNSEEN)
         if dtype is _UNSEEN:
-            dtype = dtypes[class_at] = dtype_of_storage_class(
+            dtype = known[class_at] = dtype_of_storage_class(
                 "torch", data[class_at : class_at + class_length].decode("ascii"))
         if dtype is None:
             raise _Refused
-        location = locations.get(location_at)
+        location = places.get(location_at)
         if location is None:
-            location = locations[location_at] = data[location_at : location_at + location_length].decode("ascii")
-        specs.append((data[key_at : key_at + key_length].decode("ascii"), dtype, location, numel, number))
-    storages = make_storages(specs)
+            location = places[location_at] = data[location_at : location_at + location_length].decode("ascii")
+        keys.append(data[key_at : key_at + key_length].decode("ascii"))
+        dtypes.append(dtype)
+        locations.append(location)
+    fields = cscan.STORAGE_FIELDS
+    storages = make_storages(keys, dtypes, locations, rows.storages[6::fields], rows.storages[7::fields])
+    del keys, dtypes, locations
     pool = rows.pool
     shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape or stride: less memory
     intern = shapes.setdefault

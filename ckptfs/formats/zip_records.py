@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 from ckptfs.errors import CorruptCheckpointError
@@ -130,15 +130,13 @@ class ZipRecords(Mapping[str, ZipEntry]):
             return None
         return row, self._size[row], self._method[row], self._crc[row]
 
-    def numbered(self, numbers: list[int]) -> list[tuple[int, int, int, int]]:
-        """For each number, its record's row and the size, method and CRC-32 the directory gives it; a row of -1
-        (and 0s) where no record has the number (-1, or past the record count: ``storage_fields`` then looks)."""
-        count, row_of_number = len(self._row_of_number), self._row_of_number
-        size, method, crc = self._size, self._method, self._crc
-        found = [row_of_number[number] if 0 <= number < count else -1 for number in numbers]
-        return [(row, size[row], method[row], crc[row]) if row >= 0 else (-1, 0, 0, 0) for row in found]
+    def storage_columns(self) -> tuple[array[int], array[int], array[int], array[int]]:
+        """The row of each record number (-1 where none), and by row the size, method and CRC-32 the directory gives
+        (``storage_fields`` of many storages, indexed without a tuple or an int kept per storage)."""
+        return self._row_of_number, self._size, self._method, self._crc
 
-    def resolve_storages(self, rows: list[int], alignment: int, read_offset: Callable[[ZipEntry], int]) -> list[int]:
+    def resolve_storages(self, rows: Sequence[int], alignment: int,
+                         read_offset: Callable[[ZipEntry], int]) -> list[int]:
         """The data offset of each of ``rows``, kept: computed by torch's rule where the directory shows its layout,
         else ``read_offset`` of the record's entry (its local header read, and so checked)."""
         # Every row's offset is computed (one C loop); a record no storage names is checked before its first use.
