@@ -34,7 +34,7 @@ def chunk_family(tensor: Tensor) -> tuple[Any, ...] | None:
     return (CHUNK_FAMILY, *_FIELDS(tensor), *_CHUNK_FIELDS(chunks[0]))
 
 
-def chunk_template(tensor: Tensor, path: str, written_text: Callable[[str], str], bulk: bool
+def chunk_template(tensor: Tensor, path: str, written_text: Callable[[str], str]
                    ) -> tuple[str, _Varying, Callable[[list[Tensor]], list[int]]]:
     """The family's ``str.format`` text (field 0: the key path, whose marker in the JSON text is ``path``;
     1 and 2: the range; 3 and 4: the source range's bounds), what fills fields 1–4, and their lengths in bulk."""
@@ -54,7 +54,7 @@ def chunk_template(tensor: Tensor, path: str, written_text: Callable[[str], str]
     def lengths(tensors: list[Tensor]) -> list[int]:
         chunks = [t.chunks[0] for t in tensors]  # type: ignore[index]
         starts, ends = [c.start for c in chunks], [c.start + c.length for c in chunks]
-        return [2 * n for n in decimal_lengths([(starts, 0), (ends, 0)], bulk)]  # each written twice
+        return [2 * n for n in decimal_lengths([(starts, 0), (ends, 0)])]  # each written twice
 
     return text, varying, lengths
 

@@ -74,10 +74,6 @@ quantized tensor's scales and zero points, three kept for later views)."""
 DIR_CACHE_SIZE = 4096
 """Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
 
-BULK_TENSORS = 50_000
-"""Checkpoints of this many tensors or more count their listings' sizes with numpy (offsets' digits, plans' slots);
-smaller ones in Python, where numpy's import (~40 ms, ~6 MiB of a daemon's memory) costs more than it saves."""
-
 class Layout(Contents):
     """The directory tree of one checkpoint, built lazily, a directory at a time."""
 
@@ -106,10 +102,8 @@ class Layout(Contents):
         for 200,000 tensors (a listing needs only their sizes, kept on their nodes; an open file its pieces)."""
         self._value_sizes: dict[int, tuple[Any, int]] = {}
         self.paths = PathTexts(checkpoint.limits.max_generated_bytes)
-        self.bulk = len(checkpoint.tensors) >= BULK_TENSORS
-        """Listings' sizes counted with numpy (``BULK_TENSORS``)."""
         self.views = make_views(self.paths, checkpoint.extents, self.view_names,
-                                steady_written=checkpoint.writer is not None, bulk=self.bulk)
+                                steady_written=checkpoint.writer is not None)
         self._view_of_slot: list[View | None] = [None] * SLOTS
         for view in self.views:
             self._view_of_slot[view.slot] = view
@@ -235,7 +229,7 @@ class Layout(Contents):
         """``sizes(listing_slice(directory, start, stop))``, made in bulk without a node per view."""
         if min(stop, self.listing_length(directory)) - start < BULK_SIZES:
             return self.sizes(self.listing_slice(directory, start, stop))
-        return directory.listed_sizes(start, stop, self._view_of_slot, self.size, self.bulk)
+        return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
 
     def children(self, directory: Dir) -> Sequence[Node]:
         """One node per child of the directory's container, by position: no views, no ``.ckptfs``."""

@@ -170,31 +170,15 @@ class Dir(Node):
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]
 
-    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int],
-                     bulk: bool = True) -> list[int]:
+    def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
-        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix).
-        ``bulk``: the entries grouped by view with numpy, else in Python (``fs.layout.BULK_TENSORS``)."""
+        tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
         plan = self.plan
         sizes = [size(node) for node in self.head[start:stop]]
         first, last = max(start - len(self.head), 0), max(stop - len(self.head), 0)
-        found = (self._sizes_grouped_by_numpy if bulk else self._sizes_grouped)(first, last, by_slot, size)
+        found = self._sizes_grouped(first, last, by_slot, size)
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return sizes + found + [size(node) for node in tail]
-
-    def _sizes_grouped_by_numpy(self, first: int, last: int, by_slot: list[View | None],
-                                size: Callable[[Node], int]) -> list[int]:
-        import numpy as np  # here: a command line that lists no big directory starts without it
-
-        plan = self.plan
-        codes = np.frombuffer(plan, dtype=f"u{plan.itemsize}")[first:last]
-        found = np.zeros(len(codes), dtype=object)  # Python ints: sizes are not bounded by int64
-        slots, positions = codes & _SLOT_MASK, codes >> SLOT_BITS
-        for slot, view in enumerate(by_slot):
-            where = np.flatnonzero(slots == slot)
-            if len(where):
-                found[where] = self._slot_sizes(positions[where].tolist(), view, size)
-        return found.tolist()  # type: ignore[no-any-return]
 
     def _sizes_grouped(self, first: int, last: int, by_slot: list[View | None],
                        size: Callable[[Node], int]) -> list[int]:

@@ -87,12 +87,10 @@ class _Template:
 class SidecarMaker:
     """Sidecar bytes of tensors, one template per family (see the module docstring)."""
 
-    def __init__(self, paths: PathTexts | None = None, steady_written: bool = False, bulk: bool = True) -> None:
-        """``bulk``: sizes counted with numpy (see ``fs.layout.BULK_TENSORS``), else in Python."""
+    def __init__(self, paths: PathTexts | None = None, steady_written: bool = False) -> None:
         self._paths = paths or PathTexts(Limits().max_generated_bytes)
         self._templates: dict[tuple[Any, ...], _Template] = {}
         self._steady = steady_written
-        self._bulk = bulk
 
     def __call__(self, tensor: Tensor) -> bytes:
         path = self._paths.path_text(tensor.trail)
@@ -139,7 +137,7 @@ class SidecarMaker:
     def _template_of(self, family: tuple[Any, ...], tensor: Tensor) -> _Template:
         template = self._templates.get(family)
         if template is None:
-            template = self._templates[family] = _make_template(tensor, self._written_text, self._bulk)
+            template = self._templates[family] = _make_template(tensor, self._written_text)
         return template
 
     def _written_text(self, text: str) -> str:
@@ -154,10 +152,10 @@ def _with_path_marker(tensor: Tensor) -> dict[str, Any]:
     return tensor_metadata(tensor, path=_PATH)
 
 
-def _make_template(tensor: Tensor, written_text: Callable[[str], str], bulk: bool) -> _Template:
+def _make_template(tensor: Tensor, written_text: Callable[[str], str]) -> _Template:
     """The tensor's sidecar as a ``str.format`` template, and what fills its fields."""
     if tensor.storage is None:
-        text, varying, lengths = chunk_template(tensor, _PATH, written_text, bulk)
+        text, varying, lengths = chunk_template(tensor, _PATH, written_text)
         return _Template(text, varying, lengths, len(text.format(*[""] * (len(_VARYING) + 1))))
     meta = _with_path_marker(tensor)
     meta["source_ranges"] = _marker("source_ranges")
@@ -166,10 +164,10 @@ def _make_template(tensor: Tensor, written_text: Callable[[str], str], bulk: boo
     text = written_text(dumps(meta)).replace("{", "{{").replace("}", "}}").replace(dumps(_PATH), "{0}", 1) + "\n"
     for field, name in enumerate(_VARYING, 1):
         text = text.replace(dumps(_marker(name)), f"{{{field}}}", 1)
-    return _Template(text, *_varying_of_family(tensor, bulk), len(text.format(*[""] * (len(_VARYING) + 1))))
+    return _Template(text, *_varying_of_family(tensor), len(text.format(*[""] * (len(_VARYING) + 1))))
 
 
-def _varying_of_family(tensor: Tensor, bulk: bool) -> tuple[_Varying, _Lengths]:
+def _varying_of_family(tensor: Tensor) -> tuple[_Varying, _Lengths]:
     """The ``_VARYING`` texts of the tensor's family, and their lengths in bulk: whether its source is one range,
     and where in its storage that range is, is the family's."""
     assert tensor.storage is not None
@@ -193,7 +191,7 @@ def _varying_of_family(tensor: Tensor, bulk: bool) -> tuple[_Varying, _Lengths]:
         fixed = len("[[, ]]") if one_range else len("null")
         columns = [(offsets, 0), (offsets, delta), (offsets, delta + nbytes)] if one_range else [(offsets, 0)]
         texts = [fixed + key + record for key, record in zip(key_lengths, record_lengths)]
-        return decimal_lengths(columns, bulk, texts)
+        return decimal_lengths(columns, texts)
 
     return varying, lengths
 

@@ -72,8 +72,8 @@ class SidecarView:
     suffix = SIDECAR_SUFFIX
     slot = 1
 
-    def __init__(self, paths: PathTexts, steady_written: bool, bulk: bool) -> None:
-        self.maker = SidecarMaker(paths, steady_written, bulk)
+    def __init__(self, paths: PathTexts, steady_written: bool) -> None:
+        self.maker = SidecarMaker(paths, steady_written)
 
     def shows(self, tensor: Tensor) -> bool:
         return True
@@ -191,11 +191,11 @@ def view_names(names: Iterable[str]) -> frozenset[str]:
 
 
 def views(paths: PathTexts, extents: Extents, shown: Collection[str] = VIEW_NAMES,
-          steady_written: bool = False, bulk: bool = True) -> tuple[View, ...]:
+          steady_written: bool = False) -> tuple[View, ...]:
     """The per-tensor views of one layout among those ``shown`` names, in listing order after each tensor
-    (``steady_written``: of a checkpoint being written, see ``fs.sidecar``; ``bulk``: sizes counted with numpy)."""
+    (``steady_written``: of a checkpoint being written, see ``fs.sidecar``)."""
     every: tuple[View, ...] = (
-        SidecarView(paths, steady_written, bulk), NpyView(extents),
+        SidecarView(paths, steady_written), NpyView(extents),
         QuantizationTensorView(extents, SCALES_SUFFIX, 3, "scales"),
         QuantizationTensorView(extents, ZERO_POINTS_SUFFIX, 4, "zero_points"))
     return tuple(view for view in every if view.suffix[1:] in shown)

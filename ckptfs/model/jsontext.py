@@ -46,31 +46,9 @@ def scalar_text(value: Any) -> str:
     return dumps(value)
 
 
-_POWERS_OF_TEN = [10**k for k in range(1, 19)]
-DECIMAL_LIMIT = 1 << 62
-"""``decimal_lengths`` counts values within this of 0 with numpy (int64); others (hostile sizes only) as text."""
-
-
-def decimal_lengths(columns: Sequence[tuple[Sequence[int], int]], bulk: bool, plus: Sequence[int] = ()) -> list[int]:
+def decimal_lengths(columns: Sequence[tuple[Sequence[int], int]], plus: Sequence[int] = ()) -> list[int]:
     """For each row, the lengths of the decimal texts (``len(str(value + shift))``) of its value in each column
-    (``(values, shift)``, all values of one length; columns may share values) summed, plus the row's item of
-    ``plus`` if given: with numpy when ``bulk`` (``fs.layout.BULK_TENSORS``) and every value plus its shift is
-    within ``DECIMAL_LIMIT`` of 0, else in Python."""
-    distinct = {id(values): values for values, _ in columns}
-    if bulk:
-        bounds = {key: (min(values, default=0), max(values, default=0)) for key, values in distinct.items()}
-        bulk = bool(columns) and all(-DECIMAL_LIMIT < bounds[id(values)][0] + shift
-                                     and bounds[id(values)][1] + shift < DECIMAL_LIMIT for values, shift in columns)
-    if bulk:
-        import numpy as np  # here: a command line that lists no big directory starts without it
-
-        powers = np.array(_POWERS_OF_TEN, dtype=np.int64)
-        arrays = {key: np.array(values, dtype=np.int64) for key, values in distinct.items()}
-        found = np.array(plus, dtype=np.int64) if plus else np.zeros(len(columns[0][0]), dtype=np.int64)
-        for values, shift in columns:
-            shifted = arrays[id(values)] + shift
-            found += 1 + (shifted < 0) + np.searchsorted(powers, np.abs(shifted), side="right")
-        return found.tolist()  # type: ignore[no-any-return]
+    (``(values, shift)``, all values of one length) summed, plus the row's item of ``plus`` if given."""
     lengths = [map(len, map(int.__repr__, map(shift.__add__, values) if shift else values))
                for values, shift in columns]
     return list(map(sum, zip(plus, *lengths) if plus else zip(*lengths)))

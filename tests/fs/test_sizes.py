@@ -21,17 +21,14 @@ from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.views import VIEW_NAMES
 
 
-@pytest.fixture(params=["bulk", "bulk in Python", "small"], autouse=True)
+@pytest.fixture(params=["bulk", "small"], autouse=True)
 def bulk_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test three times: every directory's plan and sizes (sidecars' too) made in bulk, counted with numpy
-    (checkpoints of ``BULK_TENSORS`` tensors or more) or in Python (fewer, as the test trees are), and small
-    directories node by node (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
-    if request.param.startswith("bulk"):
+    """Every test twice: every directory's plan and sizes (sidecars' too) made in bulk, and small directories node
+    by node (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
+    if request.param == "bulk":
         monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.sidecar, "_BULK", 0)
-    if request.param == "bulk":
-        monkeypatch.setattr(ckptfs.fs.layout, "BULK_TENSORS", 0)
 
 
 def one_at_a_time(ck: Checkpoint, path: str, **options: Any) -> list[int]:
