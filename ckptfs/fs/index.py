@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any, Iterator, Protocol, Sequence
 
 from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import LimitExceededError
 from ckptfs.fs.files import container_kind
 from ckptfs.fs.names import INDEX_NAME
-from ckptfs.fs.nodes import Dir, Kind, Node
+from ckptfs.fs.nodes import Dir, Kind, Node, TensorChildren
 from ckptfs.fs.npy import npy_dtype
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.views import NPY_SUFFIX, SCALES_SUFFIX, SIDECAR_SUFFIX, ZERO_POINTS_SUFFIX
 from ckptfs.fs.zarr import ZARR_DIR
 from ckptfs.model.encoding import encode_leaf, key_text
-from ckptfs.model.jsontext import dumps, quote, scalar_text
+from ckptfs.model.jsontext import ascending_decimal_length, dumps, plain_lengths, quote, scalar_text
 from ckptfs.model.records import Tensor
 
 INDEX_VERSION = 3
@@ -69,6 +70,14 @@ class _Bounded:
         self.data: bytearray | None = data
         self.length, self.limit = len(data), limit
 
+    def passes_bound(self, more: int) -> bool:
+        return self.length + more > self.limit
+
+    def count(self, more: int) -> None:
+        """Counts ``more`` bytes past the bound (``passes_bound``), not kept."""
+        self.length += more
+        self.data = None
+
     def __iadd__(self, more: bytes | bytearray | memoryview) -> _Bounded:
         self.length += len(more)
         if self.data is not None:
@@ -100,9 +109,28 @@ def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
     next_id = 1
     budget = ck.limits.max_generated_bytes
     # Per open directory: its children, its id, and the names on the way to it.
-    stack: list[tuple[Iterator[Node], int, list[str]]] = [(iter(layout.children(layout.root)), 0, [])]
-    last_folders, folder_text = stack[0][2], '"'
+    stack: list[tuple[Iterator[Node], int, list[str]]] = []
     lines = _TensorLines(layout)
+
+    def enter(directory: Dir, directory_id: int, folders: list[str]) -> None:
+        """Adds a directory's children to the walk, or counts their lines at once (``_TensorLines.length``) where the
+        index is only counted: a directory of tensors only, each at its first place, none an alias's target."""
+        nonlocal next_id
+        children = layout.children(directory)
+        if (isinstance(tensors, _Bounded) and isinstance(children, TensorChildren) and not tensor_targets
+                and 0 not in children.firsts):
+            folder = dumps("".join(name + "/" for name in folders))[:-1]
+            length = lines.length(children, next_id, directory_id, folder)
+            if length is not None and tensors.passes_bound(length):
+                tensors.count(length)
+                next_id += len(children)
+                if len(tensors) + len(entries) > budget:
+                    raise LimitExceededError(f"{INDEX_NAME} would exceed {budget} bytes (limit max_generated_bytes)")
+                return
+        stack.append((iter(children), directory_id, folders))
+
+    enter(layout.root, 0, [])
+    last_folders, folder_text = [], '"'
     while stack:
         nodes, parent_id, folders = stack[-1]
         node = next(nodes, None)
@@ -125,7 +153,7 @@ def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
             line += ', "key": ' + key_text(node.key)
         if isinstance(node, Dir):
             line += ", " + dumps(container_kind(node.value))[1:]
-            stack.append((iter(layout.children(node)), node_id, [*folders, node.name]))
+            enter(node, node_id, [*folders, node.name])
         elif node.kind is Kind.LINK:
             line += f', "kind": "link", "target": {ids[id(node.value)]}}}'
         else:
@@ -157,6 +185,9 @@ def _head(layout: Tree) -> bytearray:
     return bytearray(dumps(head)[:-1].encode() + b',\n"tensors": [\n')
 
 
+_QUANTIZATION = attrgetter("quantization")
+
+
 class _TensorLines:
     """A tensor's index line, with the texts shared between tensors (shapes, the views shown) made once."""
 
@@ -166,6 +197,31 @@ class _TensorLines:
         self.sidecar_shown, self.npy_shown = "json" in views_shown, "npy" in views_shown
         self.scales_shown, self.zero_points_shown = "q_scales" in views_shown, "q_zero_points" in views_shown
         self.shape_texts: dict[tuple[int, ...], str] = {}
+
+    def length(self, children: TensorChildren, first_id: int, parent_id: int, folder_text: str) -> int | None:
+        """``sum(len(self.line(node, ...)))`` of a directory's tensor nodes, numbered from ``first_id``, counted
+        without making their lines (a state dict's 200,000 are ~60 MB); None where a line must be made (a quantized
+        tensor's). A line is its family's (dtype, shape, kind, data: those of the first one made) but for its id, key
+        path and name (once in its file, once in each view's path)."""
+        tensors = children.values
+        if any(map(_QUANTIZATION, tensors)):
+            return None
+        names = children.names
+        quoted = plain_lengths(names) or [len(quote(name)) for name in names]
+        paths = self.paths.lengths([tensor.trail for tensor in tensors])
+        families: dict[tuple[Any, ...], tuple[int, int]] = {}
+        total = ascending_decimal_length(range(first_id, first_id + len(tensors)))
+        for position, (tensor, name_length, path_length) in enumerate(zip(tensors, quoted, paths)):
+            family = (tensor.dtype, tensor.shape, tensor.kind, tensor.has_data)
+            found = families.get(family)
+            if found is None:
+                names_in_line = 1 + self.sidecar_shown + bool(self.npy_shown and npy_dtype(tensor))
+                node_id = first_id + position
+                line = self.line(children[position], node_id, parent_id, folder_text)
+                rest = len(line) - len(int.__repr__(node_id)) - path_length - names_in_line * name_length
+                found = families[family] = (rest, names_in_line)
+            total += found[0] + path_length + found[1] * name_length
+        return total
 
     def line(self, node: Node, node_id: int, parent_id: int, folder_text: str) -> bytes:
         """``folder_text`` is the JSON text of the tensor's folder path, without its closing quote."""

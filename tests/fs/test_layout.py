@@ -35,7 +35,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs import names as names_module
 from ckptfs.fs.places import Places
 from ckptfs.fs.sidecar import SidecarMaker
-from ckptfs.fs.views import SIDECAR_SUFFIX
+from ckptfs.fs.views import SIDECAR_SUFFIX, VIEW_NAMES
 from ckptfs.model.encoding import encode_key, encode_leaf
 from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.model.tree import children
@@ -448,6 +448,31 @@ def _check_index_size(layout: Layout) -> None:
     for bound in (0, len(index) // 2, len(index) - 1, len(index), 1 << 40):
         assert sized_index(layout, bound) == (len(index), index if len(index) <= bound else None), bound
     assert layout.size(layout.control.head[0]) == len(index)
+
+
+_BIG_DIRECTORY_KEYS = ["w", "é", "a/b", '"q"', "x\\y", "\x01", "long" * 20, "7", ".h", "k.json", "日本"]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.sampled_from(_BIG_DIRECTORY_KEYS), min_size=1, max_size=4),
+       kinds=st.lists(st.sampled_from(["f32", "bf16", "meta", "empty", "q", "bool"]), min_size=1, max_size=4),
+       nested=st.booleans(), views=st.sampled_from([VIEW_NAMES, frozenset(), frozenset({"npy"})]), nest=st.booleans())
+@example(keys=["w"], kinds=["f32"], nested=False, views=VIEW_NAMES, nest=False)
+@example(keys=["é"], kinds=["meta", "bf16"], nested=True, views=VIEW_NAMES, nest=True)
+def test_an_index_of_big_directories_is_counted_as_it_is_made(tmp_path: Path, keys: list[str], kinds: list[str],
+                                                                nested: bool, views: frozenset[str],
+                                                                nest: bool) -> None:
+    """Directories of tensors only (300 each, listed in bulk) have their index lines counted without being made
+    (``_TensorLines.length``): the size is the made index's, whatever the names (escapes, UTF-8), dtypes, shapes,
+    tensors without data, views shown, depth and --nest; a quantized tensor's directory is made line by line."""
+    made = {"f32": lambda n: torch.full((n % 4 + 1,), 1.0),
+            "bf16": lambda n: torch.zeros(2, n % 3, dtype=torch.bfloat16), "meta": lambda n: torch.empty(3, device="meta"), "empty": lambda n: torch.zeros(0),
+            "q": lambda n: torch.quantize_per_tensor(torch.ones(2), 0.5, 1, torch.qint8),
+            "bool": lambda n: torch.ones(n % 5, dtype=torch.bool)}
+    tensors = {f"{keys[n % len(keys)]}.{n}": made[kinds[n % len(kinds)]](n) for n in range(300)}
+    tree: dict[str, Any] = {"inner": {"deeper": tensors}, "v": 1} if nested else tensors
+    with ckptfs.open(save_zip(tree, tmp_path / "big.pt")) as ck:
+        _check_index_size(Layout(ck, views=views, nest=nest))
 
 
 def resolve(base: str, relative: str) -> str:
