@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
-from itertools import accumulate
+from itertools import accumulate, compress
 from operator import attrgetter
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -146,10 +146,16 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
 def _by_itemsize(found: Members) -> Members:
     """The members ordered by element size, largest first, keeping their order among equals."""
     sizes = list(map(_ITEMSIZE, found.tensors))
-    if len(set(sizes)) <= 1:
+    distinct = sorted(set(sizes), reverse=True)
+    if len(distinct) <= 1:
         return found
-    order = sorted(range(len(sizes)), key=[-size for size in sizes].__getitem__)
-    return Members([found.names[i] for i in order], [found.tensors[i] for i in order])
+    names: list[str] = []
+    tensors: list[Tensor] = []
+    for itemsize in distinct:  # a pass per element size (a few): no sort of the members
+        kept = [size == itemsize for size in sizes]
+        names += compress(found.names, kept)
+        tensors += compress(found.tensors, kept)
+    return Members(names, tensors)
 
 
 def _unsupported(tensor: Tensor, name: str, seen: set[str]) -> str:
