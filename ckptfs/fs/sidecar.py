@@ -53,6 +53,7 @@ _FAMILY_FIELDS = attrgetter(
 
 
 _STORAGE, _QUANTIZATION, _INLINE = attrgetter("storage"), attrgetter("quantization"), attrgetter("inline_data")
+_TRAIL = attrgetter("trail")
 
 
 def _family(tensor: Tensor) -> tuple[Any, ...] | None:
@@ -112,7 +113,7 @@ class SidecarMaker:
             templates = [self._template(tensor) for tensor in tensors]
             return [len(self(t)) if p is None else p.fixed + len(path_text(t.trail)) + len("".join(p.varying(t)))
                     for t, p in zip(tensors, templates)]
-        sizes = [0] * len(tensors)
+        sizes = self._paths.lengths(list(map(_TRAIL, tensors)))  # siblings' in one pass
         families: dict[tuple[Any, ...], list[int]] = {}
         for index, family in enumerate(_families(tensors)):
             if family is None:
@@ -125,9 +126,9 @@ class SidecarMaker:
         for family, indices in families.items():
             members = [tensors[index] for index in indices]
             template = self._template_of(family, members[0])
-            paths = self._paths.lengths([tensor.trail for tensor in members])
-            for index, length, path in zip(indices, template.lengths(members), paths):
-                sizes[index] = template.fixed + path + length
+            fixed = template.fixed
+            for index, length in zip(indices, template.lengths(members)):
+                sizes[index] += fixed + length
         return sizes
 
     def _template(self, tensor: Tensor) -> _Template | None:

@@ -52,7 +52,7 @@ MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
 """Directory entries whose sizes are kept for listings (8 bytes each); past it they are made again as asked."""
-WINDOW = 256
+WINDOW = 1024
 """Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
 kernel request takes ~20 with attributes)."""
 SIZES_WINDOW = 4096
