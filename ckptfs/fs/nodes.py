@@ -170,6 +170,16 @@ class Dir(Node):
         tail = self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
         return names + [n.name for n in tail], inos + [n.ino for n in tail], kinds + [n.kind for n in tail]
 
+    def listed_arrays(self, start: int, stop: int, views: Sequence[View],
+                      by_kind: dict[Kind, int]) -> tuple[list[str], array[int], array[int]] | None:
+        """``listed_columns`` with the inode numbers in an ``array("Q")`` and, for the kinds, each entry's value in
+        ``by_kind`` in an ``array("I")``, made with numpy: for a window of a directory of tensors only
+        (``TensorChildren``) between its head and its tail; else None."""
+        children, first, last = self.children, start - len(self.head), stop - len(self.head)
+        if not isinstance(children, TensorChildren) or not 0 <= first < last <= len(self.plan):
+            return None
+        return children.arrays(self.plan, first, last, views, by_kind)
+
     def listed_sizes(self, start: int, stop: int, by_slot: list[View | None], size: Callable[[Node], int]) -> list[int]:
         """The sizes of ``listed``'s entries without a node per view: each view's made in bulk (``View.sizes``), the
         tensors' too; ``size`` gives the others' (a view of a link is a link: to its target's path and suffix)."""
@@ -270,6 +280,23 @@ class TensorChildren(Sequence[Node]):
             kinds += [(files if firsts[code >> SLOT_BITS] else links)[code & _SLOT_MASK] for code in codes]
         else:
             kinds += [files[code & _SLOT_MASK] for code in codes]
+
+    def arrays(self, plan: array[int], start: int, stop: int, views: Sequence[View],
+               by_kind: dict[Kind, int]) -> tuple[list[str], array[int], array[int]]:
+        """``Dir.listed_arrays`` of the entries ``start`` to ``stop`` of ``plan``."""
+        import numpy as np  # here: a command line that lists no big directory starts without it
+
+        suffixes = [""] * (1 << SLOT_BITS)
+        for view in views:
+            suffixes[view.slot] = view.suffix
+        own = self.names
+        names = [own[code >> SLOT_BITS] + suffixes[code & _SLOT_MASK] for code in plan[start:stop]]
+        codes = np.frombuffer(plan, dtype=f"u{plan.itemsize}")[start:stop]
+        inos = codes.astype(np.uint64) + np.uint64(self.base)
+        values = np.array([by_kind[kind] for kind in (*_FILE_KINDS, *_LINK_KINDS)], dtype=np.uint32)
+        links = np.frombuffer(self.firsts, dtype=np.uint8)[codes >> SLOT_BITS] == 0
+        found = values[(codes & _SLOT_MASK) | (links.astype(codes.dtype) << SLOT_BITS)]
+        return names, array("Q", inos.tobytes()), array("I", found.tobytes())
 
 
 _FILE_KINDS = [Kind.TENSOR] + [Kind.VIEW] * _SLOT_MASK

@@ -38,7 +38,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.zarr import ZARR_INO, ZarrDir
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
-from ckptfs.fuse.dirents import add_entries
+from ckptfs.fuse.dirents import Column, add_entries, blocks
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
 from ckptfs.fuse.page_store import Batch, PageStore
@@ -298,7 +298,7 @@ class InodeFS(CheckpointFS):
                     batch = []
         store.put(batch)
 
-    def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
+    def _stats(self, inos: Column, modes: Column, sizes: array.array[int], bulk: bool = False) -> bytearray:
         """A window's ``fuse_entry_param``s, one after another: the template repeated, the fields that differ
         written a column at a time."""
         memory = bytearray(self._entry * len(inos))
@@ -307,7 +307,7 @@ class InodeFS(CheckpointFS):
         _column(view, ATTR + ll.Stat.st_ino.offset, ll.Stat.st_ino.size, inos)
         _column(view, ATTR + ll.Stat.st_mode.offset, ll.Stat.st_mode.size, modes)
         _column(view, ATTR + ll.Stat.st_size.offset, ll.Stat.st_size.size, sizes)
-        _column(view, ATTR + ll.Stat.st_blocks.offset, ll.Stat.st_blocks.size, [(n + 511) >> 9 for n in sizes])
+        _column(view, ATTR + ll.Stat.st_blocks.offset, ll.Stat.st_blocks.size, blocks(sizes, bulk))
         return memory
 
     @_answering
@@ -383,7 +383,7 @@ def _stay() -> None:
 _CODES = {2: "H", 4: "I", 8: "Q"}
 
 
-def _column(view: memoryview, offset: int, size: int, values: list[int] | array.array[int]) -> None:
+def _column(view: memoryview, offset: int, size: int, values: Column) -> None:
     """Writes ``values[i]`` at ``offset`` (a field of ``size`` bytes) of the i-th ``fuse_entry_param`` in ``view``."""
     code = _CODES[size]
     column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)

@@ -30,7 +30,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
-from ckptfs.fuse.dirents import Names
+from ckptfs.fuse.dirents import Column, Names, blocks
 from ckptfs.fuse.opened import OpenFile, check_not_truncated
 from ckptfs.sources import BUFFERS, SourceStat
 
@@ -204,18 +204,28 @@ class CheckpointFS:
     def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
         """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""
         stop = min(start + WINDOW, len(sizes))
-        dots = [directory, directory.parent or directory][start:stop]
-        names, inos, kinds = self.layout.listing_columns(directory, max(start - 2, 0), max(stop - 2, 0))
-        names = [".", ".."][start:stop] + names
-        modes = self._modes
-        memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
-                             sizes[start:stop])
+        found = self._arrays(directory, start - 2, stop - 2) if self.layout.bulk and start >= 2 else None
+        if found is not None:  # a big directory's window of tensors and their views: columns made with numpy
+            names, ino_column, mode_column = found
+            memory = self._stats(ino_column, mode_column, sizes[start:stop], bulk=True)
+        else:
+            dots = [directory, directory.parent or directory][start:stop]
+            names, inos, kinds = self.layout.listing_columns(directory, max(start - 2, 0), max(stop - 2, 0))
+            names = [".", ".."][start:stop] + names
+            modes = self._modes
+            memory = self._stats([n.ino for n in dots] + inos, [modes[k] for k in [n.kind for n in dots] + kinds],
+                                 sizes[start:stop])
         window = _Window(directory, start, Names(names), memory,
                          ctypes.addressof(ctypes.c_char.from_buffer(memory)))
         self._window = window  # one object replaced whole: a concurrent readdir keeps the one it took
         return window
 
-    def _stats(self, inos: list[int], modes: list[int], sizes: array.array[int]) -> bytearray:
+    def _arrays(self, directory: Dir, start: int, stop: int) -> tuple[list[str], Column, Column] | None:
+        """``Dir.listed_arrays`` of entries ``start`` to ``stop`` of the listing, kinds given as modes."""
+        self.layout.entries(directory)
+        return directory.listed_arrays(start, stop, self.layout.views, self._modes)
+
+    def _stats(self, inos: Column, modes: Column, sizes: array.array[int], bulk: bool = False) -> bytearray:
         """``struct stat``s, one after another: the template repeated, the fields that differ written a column at
         a time."""
         memory = bytearray(self._template * len(inos))
@@ -223,7 +233,7 @@ class CheckpointFS:
         _write_column(view, _STAT.st_ino, inos)
         _write_column(view, _STAT.st_mode, modes)
         _write_column(view, _STAT.st_size, sizes)
-        _write_column(view, _STAT.st_blocks, [(n + 511) >> 9 for n in sizes])
+        _write_column(view, _STAT.st_blocks, blocks(sizes, bulk))
         return memory
 
     def _listing(self, directory: Dir) -> _Listing:
@@ -377,7 +387,7 @@ class CheckpointFS:
 _COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}
 
 
-def _write_column(view: memoryview, field: Any, values: list[int] | array.array[int]) -> None:
+def _write_column(view: memoryview, field: Any, values: Column) -> None:
     """Writes ``values[i]`` into ``field`` (a ``struct stat`` field) of the i-th ``struct stat`` in ``view``."""
     code = _COLUMN_CODES[field.size]
     column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
