@@ -39,7 +39,8 @@ def blocks(sizes: array.array[int], bulk: bool) -> Column:
         return [(n + 511) >> 9 for n in sizes]
     import numpy as np  # here: a command line that lists no big directory starts without it
 
-    return array.array("Q", ((np.frombuffer(sizes, dtype=np.int64) + 511) >> 9).astype(np.uint64).tobytes())
+    # Sizes are 0 to MAX_FILE_SIZE: unsigned, as their sum with 511 may not fit an int64.
+    return array.array("Q", ((np.frombuffer(sizes, dtype=np.uint64) + np.uint64(511)) >> np.uint64(9)).tobytes())
 
 
 class Names:

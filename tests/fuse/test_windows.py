@@ -46,7 +46,8 @@ def test_windows_made_with_numpy_are_the_windows_made_from_columns(tmp_path: Pat
     flat: dict[str, Any] = {f"w{i}": torch.full((i % 3 + 1,), float(i)) for i in range(9)}
     flat.update({"tied": tied, "q": per_channel, "bf": torch.ones(2, dtype=torch.bfloat16), "big": torch.ones(700)})
     inner = {f"t{i}": torch.full((2,), float(i)) for i in range(6)} | {"again": tied, "q2": per_channel, "é": tied,
-                                                                       "empty": torch.ones(0), "block": torch.ones(128)}
+                                                                       "empty": torch.ones(0), "block": torch.ones(128),
+                                                                       "huge": torch.zeros(1).expand(1 << 62)}
     obj = {**flat, "inner": inner, "mixed": {"a": torch.ones(1), "n": 3, "b": tied}}
     monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
     monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
