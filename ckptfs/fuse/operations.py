@@ -30,7 +30,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
-from ckptfs.fuse.dirents import Column, Names, blocks
+from ckptfs.fuse.dirents import Column, Names, blocks, numpy_loaded
 from ckptfs.fuse.opened import OpenFile, check_not_truncated
 from ckptfs.sources import BUFFERS, SourceStat
 
@@ -204,7 +204,7 @@ class CheckpointFS:
     def _make_window(self, directory: Dir, start: int, sizes: array.array[int]) -> _Window:
         """Entries ``start`` to ``start + WINDOW``: names and ``struct stat``s, kept as the last window made."""
         stop = min(start + WINDOW, len(sizes))
-        found = self._arrays(directory, start - 2, stop - 2) if self.layout.bulk and start >= 2 else None
+        found = self._arrays(directory, start - 2, stop - 2) if start >= 2 and numpy_loaded() else None
         if found is not None:  # a big directory's window of tensors and their views: columns made with numpy
             names, ino_column, mode_column = found
             memory = self._stats(ino_column, mode_column, sizes[start:stop], bulk=True)

@@ -1,6 +1,5 @@
-"""A big directory's listing windows (``CheckpointFS._make_window``) made with numpy (a checkpoint of
-``BULK_TENSORS`` tensors or more: ``Dir.listed_arrays``) are byte for byte the windows made from the entries'
-columns: the same names and the same ``struct stat``s (``fuse_entry_param``s for the low-level lister)."""
+"""A big directory's listing windows (``CheckpointFS._make_window``) made with numpy (where it is imported already:
+``Dir.listed_arrays``) are byte for byte the windows made from the entries' columns: the same names and the same ``struct stat``s (``fuse_entry_param``s for the low-level lister)."""
 
 from __future__ import annotations
 
@@ -23,9 +22,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:torch.quantize_per"),
               pytest.mark.filterwarnings("ignore:TypedStorage")]
 
 
-def _windows(fs: fuse_ops.CheckpointFS, layout: Layout, bulk: bool) -> list[Any]:
+def _windows(fs: fuse_ops.CheckpointFS, layout: Layout, bulk: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every window of every directory, from every start (windows of 5 entries), made with or without numpy."""
-    layout.bulk = bulk
+    monkeypatch.setattr(fuse_ops, "numpy_loaded", lambda: bulk)
     made: list[Any] = []
     for path in ("/", "/inner", "/mixed"):
         directory = layout.lookup(path)
@@ -54,9 +53,9 @@ def test_windows_made_with_numpy_are_the_windows_made_from_columns(tmp_path: Pat
     monkeypatch.setattr(fuse_ops, "WINDOW", 5)
     with ckptfs.open(save_zip(obj, tmp_path / "windows.pt")) as ck:
         layout = Layout(ck)
-        by_columns = _windows(lister(ck, layout), layout, False)
+        by_columns = _windows(lister(ck, layout), layout, False, monkeypatch)
         layout = Layout(ck)
-        by_arrays = _windows(lister(ck, layout), layout, True)
+        by_arrays = _windows(lister(ck, layout), layout, True, monkeypatch)
         kinds = {kind for directory in ("/", "/inner") for kind in layout.listing_columns(
             layout.lookup(directory), 0, 1 << 20)[2]}  # type: ignore[arg-type]
     assert {Kind.TENSOR, Kind.VIEW, Kind.LINK, Kind.VIEW_LINK} <= kinds
