@@ -76,7 +76,7 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
     """The tensors below container ``top`` with their names, in tree order, and what is left out."""
     found = Members([], [])
     left_out: list[LeftOut] = []
-    seen = _Taken(found.names)
+    seen = _Taken()
     stack: list[tuple[Any, str]] = [(top, "")]
     while stack:
         container, prefix = stack.pop()
@@ -91,6 +91,7 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
                 if reason:
                     left_out.append(LeftOut(name, reason))
                 else:
+                    seen.add(name)
                     found.names.append(name)
                     found.tensors.append(child)
             elif isinstance(child, (SparseTensor, NestedTensor)):
@@ -113,25 +114,33 @@ BULK_MEMBERS = 64
 
 
 class _Taken:
-    """The names the members have taken so far (``Members.names``), as a set made only when a name is checked
-    against them: a state dict's one container of 200,000 names never needs it."""
+    """The names the members have taken so far: those added one at a time in a set, a whole container's added as
+    its list, put in the set only when a name is checked against them (a state dict's one container of 200,000
+    names never is)."""
 
-    __slots__ = ("_names", "_set")
+    __slots__ = ("_set", "_lists")
 
-    def __init__(self, names: list[str]) -> None:
-        self._names = names
+    def __init__(self) -> None:
         self._set: set[str] = set()
+        self._lists: list[list[str]] = []
+
+    def add(self, name: str) -> None:
+        self._set.add(name)
+
+    def add_all(self, names: list[str]) -> None:
+        """Adds distinct names none of which is taken yet."""
+        self._lists.append(names)
 
     def _current(self) -> set[str]:
-        if len(self._set) < len(self._names):  # the names are distinct: as many as the set holds once it is made
-            self._set.update(self._names[len(self._set) :])
+        while self._lists:
+            self._set.update(self._lists.pop())
         return self._set
 
     def __contains__(self, name: str) -> bool:
-        return name in self._current()
+        return name in (self._current() if self._lists else self._set)
 
     def isdisjoint(self, names: list[str]) -> bool:
-        return not self._names or self._current().isdisjoint(names)
+        return not (self._set or self._lists) or self._current().isdisjoint(names)
 
 
 def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, seen: _Taken) -> bool:
@@ -158,6 +167,7 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
             "".join(names[first : first + COUNTED_MEMBERS]).encode("utf-8")
     except UnicodeEncodeError:
         return False
+    seen.add_all(names)
     found.names.extend(names)
     found.tensors.extend(tensors)
     return True

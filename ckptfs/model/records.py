@@ -64,6 +64,12 @@ class _Record:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{name}={getattr(self, name)!r}' for name in self.FIELDS)})"
 
+    def _keep(self, fields: tuple[tuple[str, Any], ...]) -> None:
+        """Sets each field of ``fields`` whose value differs from the class's default."""
+        for name, value in fields:
+            if value != getattr(type(self), name):
+                setattr(self, name, value)
+
 
 _R = TypeVar("_R", bound=_Record)
 
@@ -115,18 +121,10 @@ class Storage(_Record):
                  source: ByteSource | None = None) -> None:
         self.key, self.dtype, self.location, self.numel = key, dtype, location, numel
         self._record, self.offset, self.size, self.source = record, offset, size, source
-        if byteorder != "little":
-            self.byteorder = byteorder
-        if compressed is not False:
-            self.compressed = compressed
-        if written is not True:
-            self.written = written
-        if inline_data is not None:
-            self.inline_data = inline_data
-        if base is not None:
-            self.base = base
-        if base_offset != 0:
-            self.base_offset = base_offset
+        if (byteorder != "little" or compressed or not written or inline_data is not None or base is not None
+                or base_offset):
+            self._keep((("byteorder", byteorder), ("compressed", compressed), ("written", written),
+                        ("inline_data", inline_data), ("base", base), ("base_offset", base_offset)))
 
     @property
     def nbytes(self) -> int:
@@ -186,20 +184,10 @@ class Tensor(_Record):
                  type_name: str | None = None, trail: Trail = None, chunks: list[Chunk] | None = None) -> None:
         self.dtype, self.shape, self.stride, self.storage_offset = dtype, shape, stride, storage_offset
         self.storage, self.kind, self.trail = storage, kind, trail
-        if requires_grad is not False:
-            self.requires_grad = requires_grad
-        if is_parameter is not False:
-            self.is_parameter = is_parameter
-        if conj is not False:
-            self.conj = conj
-        if neg is not False:
-            self.neg = neg
-        if quantization is not None:
-            self.quantization = quantization
-        if type_name is not None:
-            self.type_name = type_name
-        if chunks is not None:
-            self.chunks = chunks
+        if (requires_grad or is_parameter or conj or neg or quantization is not None or type_name is not None
+                or chunks is not None):
+            self._keep((("requires_grad", requires_grad), ("is_parameter", is_parameter), ("conj", conj), ("neg", neg),
+                        ("quantization", quantization), ("type_name", type_name), ("chunks", chunks)))
 
     @property
     def path(self) -> tuple[Key, ...]:

@@ -247,3 +247,15 @@ def test_a_key_met_twice_in_one_container_is_left_out_the_second_time(bulk: int)
     assert found.names == [f"layer.w{n}" for n in range(69)]
     assert [id(tensor) for tensor in found.tensors] == [id(tensor) for tensor in tensors[:-1]]
     assert left_out == [LeftOut("layer.w3", "name met twice")]
+
+
+def test_a_name_met_after_a_whole_container_took_it_is_left_out() -> None:
+    """A container taken whole (its names checked at once) and a later container walked a child at a time whose
+    child's name is one of them: the later one is left out as met twice."""
+    whole = {f"b{n}": _record("float32", (2,)) for n in range(70)}
+    later = _record("float16", (1,))
+    top = {"x": {"a": whole}, "x.a": {"b0": later}}
+    tree = MemberTree(lambda value: list(children(value)), lambda *_: True)
+    found, left_out = members(top, tree)
+    assert found.names == [f"x.a.b{n}" for n in range(70)]
+    assert left_out == [LeftOut("x.a.b0", "name met twice")]

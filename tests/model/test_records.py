@@ -68,3 +68,19 @@ def test_records_survive_pickle_and_copy() -> None:
         assert type(made) is Tensor
         assert repr(made) == repr(tensor)
         assert made.storage is not None and made.storage.base is not None and made.storage.base.key == "0"
+
+
+def test_each_field_alone_is_kept() -> None:
+    """A record differing from the defaults by one field only keeps that field (each one's check counts)."""
+    base = Storage("0", _F32, "cpu", 4)
+    storage_values, tensor_values = _storage_values(base), _tensor_values(base)
+    plain_storage = dict(zip(Storage.FIELDS, ("0", _F32, "cpu", 4, "", -1, 0, "little", False, True, None, None, 0,
+                                              None)))
+    for name in Storage.FIELDS:
+        made = Storage(**{**plain_storage, name: storage_values[name]})
+        assert getattr(made, name) == storage_values[name], name
+    plain_tensor = dict(zip(Tensor.FIELDS, (_F32, (4,), (1,), 0, None, False, False, "dense", False, False, None,
+                                            None, None, None)))
+    for name in Tensor.FIELDS:
+        made_tensor = Tensor(**{**plain_tensor, name: tensor_values[name]})
+        assert getattr(made_tensor, name) == tensor_values[name], name
