@@ -8,6 +8,7 @@ holds 200,000 of them.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ class Places:
     """Each shared object's first place and each container's ``(key, child)`` pairs and first inode number."""
 
     __slots__ = ("nest", "_containers", "_first", "_tensor_first", "_pairs", "_block", "_holding_tensors", "_starts",
-                 "_slots", "_met_once", "_unplaced")
+                 "_slots", "_met_once", "_unplaced", "_placing")
 
     def __init__(self, top: Any, first_block: int, slots: int, nest: bool = False, met_once: bool = False) -> None:
         """``top``: the root container; each container gets ``slots`` inode numbers per child from ``first_block``;
@@ -37,6 +38,8 @@ class Places:
         self._unplaced: list[tuple[int, list[Any]]] = []
         """Containers of tensors only whose tensors' places are not in ``_tensor_first`` yet (``met_once``: where
         every place is a first one, those are made when one is asked for, not for a listing)."""
+        self._placing = threading.Lock()
+        """Held while those places are made: a mount's threads ask at once."""
         self._containers: list[Any] = []
         """Containers by number (the root's parent, None, is number 0)."""
         self._first: dict[int, int] = {}
@@ -148,10 +151,13 @@ class Places:
         return index == position and holder is container
 
     def _tensor_places(self) -> dict[Tensor, int]:
-        """``_tensor_first``, with the places of the tensors not placed yet."""
-        while self._unplaced:
-            number, values = self._unplaced.pop()
-            self._place(values, number, None, True)
+        """``_tensor_first``, with the places of the tensors not placed yet (made by whichever thread asks first; the
+        others wait for them)."""
+        if self._unplaced:
+            with self._placing:
+                for number, values in self._unplaced:
+                    self._place(values, number, None, True)
+                self._unplaced = []
         return self._tensor_first
 
     def firsts_in(self, container: Any, values: list[Any]) -> list[bool]:

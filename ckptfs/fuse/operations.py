@@ -51,14 +51,15 @@ UNKNOWN_SIZE = 1
 MAX_FILE_SIZE = (1 << 63) - 1
 """Largest size a file can have (``loff_t``): a longer tensor (a stride-0 one can be) shows its first bytes."""
 MAX_LISTED_ENTRIES = 1 << 22
-"""Directory entries whose sizes are kept for listings (8 bytes each); past it they are made again as asked."""
+"""Directory entries whose sizes are kept for listings (4 bytes each, 8 where one is 4 GiB or more); past it they are
+made again as asked."""
 WINDOW = 1024
 """Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
 kernel request takes ~20 with attributes)."""
 SIZES_WINDOW = 4096
+"""Entries made at once to compute a listing's sizes."""
 _MAX_NARROW_SIZE = (1 << 32) - 1
 """The largest size a listing's sizes keep in 4 bytes (``array`` typecode ``I``)."""
-"""Entries made at once to compute a listing's sizes."""
 
 _STAT = mfusepy.c_stat
 _STAT_SIZE = ctypes.sizeof(_STAT)

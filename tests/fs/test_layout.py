@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -508,3 +509,38 @@ def test_index_maps_every_name_back_to_its_key(tmp_path: Path, keys: list[Any], 
             assert node is not None and encode_key(node.key) == key
             if "%~" not in name:
                 assert key_of_name(name, int_key=name in int_names) == key
+
+
+def test_tensors_places_are_made_once_for_threads_asking_together(tmp_path: Path) -> None:
+    """A mount's threads may ask for tensors' places at once: one makes them, the others wait and find them all."""
+    tensors = {f"w{n}": torch.zeros(1) for n in range(300)}
+    with ckptfs.open(save_zip(tensors, tmp_path / "flat.pt")) as ck:
+        places = Layout(ck).places
+        making, release = threading.Event(), threading.Event()
+        place = Places._place
+
+        def held(self: Places, *args: Any) -> None:
+            making.set()
+            release.wait(30)
+            place(self, *args)
+
+        found: dict[str, Any] = {}
+
+        def ask(name: str, tensor: Any) -> None:
+            try:
+                found[name] = places.first_place(tensor)
+            except KeyError as exc:
+                found[name] = exc
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Places, "_place", held)
+            first = threading.Thread(target=ask, args=("first", ck.tensors[0]))
+            first.start()
+            assert making.wait(30)
+            second = threading.Thread(target=ask, args=("second", ck.tensors[-1]))
+            second.start()
+            second.join(0.2)
+            release.set()
+            first.join(30)
+            second.join(30)
+        assert found == {"first": (ck.root, 0), "second": (ck.root, 299)}
