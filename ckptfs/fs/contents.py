@@ -9,7 +9,9 @@ from ckptfs.fs.files import value_bytes
 from ckptfs.fs.index import sized_index
 from ckptfs.fs.nodes import Kind, Node, ViewNode
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
-from ckptfs.fs.safetensors import SafetensorsFile
+from ckptfs.fs.places import Places
+from ckptfs.fs.safetensors import SafetensorsFile, members
+from ckptfs.fs.safetensors import Tree as MemberTree
 from ckptfs.fs.views import View
 from ckptfs.fs.zarr import chunk_pieces, chunk_size
 from ckptfs.fs.zarr import document as zarr_document
@@ -34,8 +36,8 @@ class Contents:
     _lock: Any
     _made: tuple[int, Any] | None
     _value_sizes: dict[int, tuple[Any, int]]
+    places: Places
     link_target: Callable[[Node], str]
-    safetensors: Callable[[Node], SafetensorsFile]
     index_bytes: Callable[[], bytearray]
 
     def size(self, node: Node) -> int:
@@ -82,6 +84,18 @@ class Contents:
         if isinstance(node, ViewNode):
             return node.view.sizes([node.value])[0]
         return len(self.content(node))
+
+    def safetensors(self, node: Node) -> SafetensorsFile:
+        """The ``model.safetensors`` a ``BUNDLE`` node shows, made on first use."""
+        with self._lock, gc_paused():
+            if self._made is not None and self._made[0] == node.ino:
+                return self._made[1]  # type: ignore[no-any-return]
+            self._made = None
+            found, left_out = members(node.value, MemberTree(self.places.pairs, self.places.is_first_place))
+            ck = self.checkpoint
+            made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
+            self._made = (node.ino, made)
+            return made
 
     def value_size(self, value: Any) -> int:
         """``len(value_bytes(value))``; once per object: one long value may be referenced a million times."""

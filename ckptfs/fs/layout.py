@@ -53,8 +53,7 @@ from ckptfs.fs.names import CONTROL_DIR, INDEX_NAME
 from ckptfs.fs.nodes import BULK_SIZES, SLOT_BITS, Dir, Kind, Node, TensorChildren, ViewNode, listing_plan
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.places import DictPairs, Places, holds
-from ckptfs.fs.safetensors import SAFETENSORS_NAME, SafetensorsFile, members
-from ckptfs.fs.safetensors import Tree as MemberTree
+from ckptfs.fs.safetensors import SAFETENSORS_NAME
 from ckptfs.fs.views import VIEW_NAMES, View, view_names
 from ckptfs.fs.views import views as make_views
 from ckptfs.fs.zarr import ZARR_CHUNK, ZARR_DIR, ZARR_INO, ZarrDir, ZarrLink, mirror_entries
@@ -90,6 +89,8 @@ class Layout(Contents):
         with gc_paused():  # the collector's passes over the parse's records, which all live on, cost 2-4x the walk
             self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest, met_once=checkpoint.alias_count == 0)
         self._dirs: dict[str, Dir] = {}
+        self._dirs_by_ino: dict[int, Dir] = {}
+        """``_dirs`` by inode number, for ``node_at``: every request names one, and a ``--nest`` tree's are deep."""
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
         index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)
@@ -287,18 +288,6 @@ class Layout(Contents):
             return bool(self.checkpoint.tensors)
         return directory.parent is self.root and self.places.holds_tensors(directory.value)
 
-    def safetensors(self, node: Node) -> SafetensorsFile:
-        """The ``model.safetensors`` a ``BUNDLE`` node shows, made on first use."""
-        with self._lock, gc_paused():
-            if self._made is not None and self._made[0] == node.ino:
-                return self._made[1]  # type: ignore[no-any-return]
-            self._made = None
-            found, left_out = members(node.value, MemberTree(self.places.pairs, self.places.is_first_place))
-            ck = self.checkpoint
-            made = SafetensorsFile(found, left_out, ck.path, ck.limits.max_generated_bytes)
-            self._made = (node.ino, made)
-            return made
-
     def safetensors_paths(self) -> list[str]:
         """Where the ``model.safetensors`` files are, relative to the mount root."""
         tops = [self.root, *(child for child in self.children(self.root) if isinstance(child, Dir))]
@@ -316,11 +305,15 @@ class Layout(Contents):
 
     def node_at(self, ino: int) -> Node | None:
         """The node of the tree (not below ``/.zarr``) with inode number ``ino``, or None: found from the number
-        alone (``SLOTS`` per child in its container's block), kept nowhere but where ``entry`` keeps it."""
+        alone (``SLOTS`` per child in its container's block), kept nowhere but where ``entry`` keeps it (and
+        directories, remembered by number)."""
         if ino < FIRST_BLOCK_INO:
             if ino == SAFETENSORS_INO:
                 return self._bundle(self.root) if self._has_safetensors(self.root) else None
             return {ROOT_INO: self.root, CONTROL_DIR_INO: self.control, INDEX_INO: self.control.head[0]}.get(ino)
+        known = self._dirs_by_ino.get(ino)
+        if known is not None:
+            return known
         found = self.places.place_of(ino)
         if found is None:
             return None
@@ -329,7 +322,7 @@ class Layout(Contents):
         assert isinstance(directory, Dir), "a container with a block is a directory at its first place"
         child = self._child_at(directory, position)
         if not slot:
-            return child
+            return self._remembered(child)
         if isinstance(child, Dir):  # a directory's second number is its model.safetensors
             return self._bundle(child) if slot == 1 and self._has_safetensors(child) else None
         view = self._view_of_slot[slot]
@@ -340,13 +333,23 @@ class Layout(Contents):
     def node_of(self, value: Any) -> Node:
         """The node showing a tensor or container at its first place."""
         positions: list[int] = []
-        while value is not self.root.value:
+        node: Node | None = None
+        while value is not self.root.value and node is None:  # up to the root, or to a directory remembered
             value, index = self.places.first_place(value)
-            positions.append(index)
-        node: Node = self.root
+            node = self._dirs_by_ino.get(self.places.block(value) + SLOTS * index)
+            if node is None:
+                positions.append(index)
+        node = node or self.root
         for index in reversed(positions):
             assert isinstance(node, Dir)
-            node = self._child_at(node, index)
+            node = self._remembered(self._child_at(node, index))
+        return node
+
+    def _remembered(self, node: Node) -> Node:
+        if isinstance(node, Dir):
+            if len(self._dirs_by_ino) >= DIR_CACHE_SIZE:
+                self._dirs_by_ino.clear()  # as _dirs: cheap, thread-safe, bounded
+            self._dirs_by_ino[node.ino] = node
         return node
 
     def path_of(self, node: Node) -> str:

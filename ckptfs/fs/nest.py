@@ -49,11 +49,15 @@ class Group:
 
 
 _Item = tuple["list[str] | None", Key, Any]
-"""A key's parts still to place (None: shown whole), the key as it is then named, its value."""
+"""A key's dotted parts (None: shown whole), the key, its value."""
 
 
 class _TooMany(Exception):
     pass
+
+
+_MAY_NEST: Any = object()
+"""``_level``'s name of a key that may go into a directory (any key, None included, may be shown whole)."""
 
 
 def nested(pairs: list[tuple[Key, Any]]) -> list[tuple[Key, Any]]:
@@ -62,38 +66,43 @@ def nested(pairs: list[tuple[Key, Any]]) -> list[tuple[Key, Any]]:
     items: list[_Item] = []
     for key, child in pairs:
         parts = key.split(".") if isinstance(key, str) and "." in key else None
-        if parts is not None and (len(parts) < 3 or len(parts) > MAX_PARTS or not all(parts)):
+        if parts is not None and (len(parts) < 3 or len(parts) > MAX_PARTS or "" in parts):
             parts = None
         items.append((parts, key, child))
     try:
-        return _level(items, "", [GROUPS_PER_KEY * len(pairs) + SPARE_GROUPS])
+        return _level(items, 0, "", [GROUPS_PER_KEY * len(pairs) + SPARE_GROUPS])
     except _TooMany:
         return pairs
 
 
-def _level(items: list[_Item], prefix: str, budget: list[int]) -> list[tuple[Key, Any]]:
-    """One directory's pairs; ``budget``: the directories that may still be made."""
-    whole = {key for parts, key, _ in items if parts is None or len(parts) < 3}
-    order: list[_Item | str] = []
+def _level(items: list[_Item], depth: int, prefix: str, budget: list[int]) -> list[tuple[Key, Any]]:
+    """One directory's pairs, of keys whose first ``depth`` parts are its path; ``budget``: the directories that
+    may still be made. A key's rest is joined only where it is shown whole (a key is split once, not per level)."""
+    # Each item's name where it is shown whole whatever the others are, else _MAY_NEST.
+    names = [key if parts is None else _MAY_NEST if len(parts) - depth >= 3 else ".".join(parts[depth:])
+             for parts, key, _ in items]
+    whole = set(names)
+    order: list[tuple[Key, Any] | str] = []
     groups: dict[str, list[_Item]] = {}
-    for parts, key, child in items:
-        if parts is None or len(parts) < 3 or parts[0] in whole:
-            order.append((None, ".".join(parts) if parts else key, child))
+    for item, name in zip(items, names):
+        parts = item[0]
+        if name is not _MAY_NEST or parts[depth] in whole:  # type: ignore[index]
+            order.append((name if name is not _MAY_NEST else ".".join(parts[depth:]), item[2]))  # type: ignore
             continue
-        members = groups.get(parts[0])
+        head = parts[depth]  # type: ignore[index]
+        members = groups.get(head)
         if members is None:
             budget[0] -= 1
             if budget[0] < 0:
                 raise _TooMany
-            members = groups[parts[0]] = []
-            order.append(parts[0])
-        rest = parts[1:]
-        members.append((rest, ".".join(rest), child))
+            members = groups[head] = []
+            order.append(head)
+        members.append(item)
     found: list[tuple[Key, Any]] = []
     for entry in order:
         if isinstance(entry, str):
             inner = f"{prefix}.{entry}" if prefix else entry
-            found.append((entry, Group(inner, _level(groups[entry], inner, budget))))
+            found.append((entry, Group(inner, _level(groups[entry], depth + 1, inner, budget))))
         else:
-            found.append((entry[1], entry[2]))
+            found.append(entry)
     return found

@@ -83,6 +83,9 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
         pairs = tree.children(container)
         if _all_members(pairs, prefix, found, seen):
             continue
+        leaves = _group_leaves(pairs, prefix)
+        if leaves is not None and _add_all(*leaves, "", False, found, seen):
+            continue
         below: list[tuple[Any, str]] = []
         for position, (key, child) in enumerate(pairs):
             name = prefix + key_name(key)
@@ -150,6 +153,38 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
     if len(pairs) < BULK_MEMBERS:
         return False
     keys, tensors = (pairs.keys, pairs.values) if isinstance(pairs, DictPairs) else map(list, zip(*pairs))
+    return _add_all(keys, tensors, prefix, isinstance(pairs, DictPairs), found, seen)
+
+
+def _group_leaves(pairs: Sequence[tuple[Key, Any]], prefix: str) -> tuple[list[str], list[Any]] | None:
+    """The tensors below a container's ``--nest`` directories (``Group``s) and beside them, in the walk's order (a
+    directory's own tensors, then its directories'), each named by ``prefix`` and the key it was shown from; None
+    unless a Group is among the children and every child below is a tensor or a Group, under a str key (a nested
+    state dict's): they are then added in bulk."""
+    if not any(type(child) is Group for _, child in pairs):
+        return None
+    names: list[str] = []
+    values: list[Any] = []
+    stack = [(pairs, prefix)]
+    while stack:
+        level, at = stack.pop()
+        groups = []
+        for key, child in level:
+            if type(key) is not str:
+                return None
+            if type(child) is Group:
+                groups.append((child.pairs, f"{at}{key}."))
+            elif type(child) is Tensor:
+                names.append(at + key)
+                values.append(child)
+            else:
+                return None
+        stack.extend(reversed(groups))
+    return names, values
+
+
+def _add_all(keys: list[str], tensors: list[Any], prefix: str, distinct: bool, found: Members, seen: _Taken) -> bool:
+    """``_all_members`` of ``keys`` (``distinct``: known to be) and their ``tensors``."""
     if set(map(type, tensors)) != {Tensor} or set(map(type, keys)) != {str}:
         return False
     names = [prefix + key for key in keys] if prefix else keys
@@ -160,7 +195,7 @@ def _all_members(pairs: Sequence[tuple[Key, Any]], prefix: str, found: Members, 
             or not all(map(_HAS_DATA, tensors)) or any(map(_QUANTIZATION, tensors)) or METADATA_KEY in names):
         return False
     # A dict's str keys are distinct, and so are they behind one prefix: no set of them to make.
-    if not isinstance(pairs, DictPairs) and len(set(names)) != len(names) or not seen.isdisjoint(names):
+    if not distinct and len(set(names)) != len(names) or not seen.isdisjoint(names):
         return False
     try:
         for first in range(0, len(names), COUNTED_MEMBERS):

@@ -81,6 +81,7 @@ class InodeFS(CheckpointFS):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._kept = KeptFiles()
+        self._reply_buffers = threading.local()
         """Files of reads, by inode number."""
         self._mirrored: dict[int, Node] = {}
         """The nodes below ``/.zarr`` handed to the kernel, by inode number."""
@@ -241,8 +242,7 @@ class InodeFS(CheckpointFS):
         with gc_paused():
             if isinstance(directory, ZarrDir):
                 self._mirrored.update((node.ino, node) for node in directory.head)
-            buffer = ctypes.create_string_buffer(size)
-            base, used = _ADDRESS(buffer), 0
+            base, used = _ADDRESS(self._reply_buffer(size)), 0
             add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
             for window, first in self._windows(directory, offset, sizes):
                 start, names, address = window.start, window.names, window.address + field
@@ -260,6 +260,13 @@ class InodeFS(CheckpointFS):
                     break
         ll.reply_buf(req, base, used)
         return directory
+
+    def _reply_buffer(self, size: int) -> ctypes.Array[ctypes.c_char]:
+        """A buffer of ``size`` bytes at least for this thread's replies, kept: a listing's is sent before the next."""
+        found: ctypes.Array[ctypes.c_char] | None = getattr(self._reply_buffers, "reply", None)
+        if found is None or len(found) < size:
+            found = self._reply_buffers.reply = ctypes.create_string_buffer(size)
+        return found
 
     def _store_listed(self, directory: Dir, offset: int) -> None:
         """Stores the value files of the directory's entries before ``offset``: a listing request from ``offset``

@@ -237,15 +237,24 @@ def find_file_of_size(root: str, size: int) -> str:
     return hits[0]
 
 
-def write_root_entries(mnt: str, path: Path) -> int:
-    """The mount root's entries, in listing order, as ``listing.c`` reads them: ``KIND SIZE NAME`` lines."""
-    lines = []
-    with os.scandir(mnt) as it:
-        for entry in it:
-            st = entry.stat(follow_symlinks=False)
-            if "\n" in entry.name:
-                raise BenchError(f"{mnt}: an entry name holds a newline: {entry.name!r}")
-            lines.append(f"{'d' if stat.S_ISDIR(st.st_mode) else 'f'} {st.st_size} {entry.name}\n")
+def write_root_entries(mnt: str, path: Path, tree: bool = False) -> int:
+    """The mount root's entries (``tree``: every entry below it, each directory's after the directory's own line), in
+    listing order, as ``listing.c`` reads them: ``KIND SIZE PATH`` lines, PATH relative to the root."""
+    lines: list[str] = []
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        found: list[str] = []
+        with os.scandir(os.path.join(mnt, folder)) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                if "\n" in entry.name:
+                    raise BenchError(f"{mnt}: an entry name holds a newline: {entry.name!r}")
+                name = f"{folder}/{entry.name}" if folder else entry.name
+                lines.append(f"{'d' if stat.S_ISDIR(st.st_mode) else 'f'} {st.st_size} {name}\n")
+                if tree and stat.S_ISDIR(st.st_mode):
+                    found.append(name)
+        pending.extend(reversed(found))
     path.write_text("".join(lines), encoding="utf-8", errors="surrogateescape")
     return len(lines)
 

@@ -1,10 +1,12 @@
 /*
  * Minimal read-only FUSE file system on libfuse3, used by scripts/bench as the limit of the
- * kernel's FUSE path for mounting and listing a big directory: its root holds the entries named
- * in ENTRIES, one per line as "KIND SIZE NAME" (KIND f for a file, d for an empty directory),
- * listed in that order with their attributes (readdirplus), configured as ckptfs configures its
- * mounts: inode numbers given, entries and attributes cached for a day, readdirplus on every
- * request. Files have no contents (open fails): only listings and attributes are measured.
+ * kernel's FUSE path for mounting and listing a big tree: it holds the entries named in ENTRIES,
+ * one per line as "KIND SIZE PATH" (KIND f for a file, d for a directory; PATH relative to the
+ * root, "/" between its names, a directory's line before those of its entries), each directory's
+ * entries listed in that order with their attributes (readdirplus), configured as ckptfs
+ * configures its mounts: inode numbers given, entries and attributes cached for a day,
+ * readdirplus on every request. Files have no contents (open fails): only listings and
+ * attributes are measured.
  *
  *   listing ENTRIES MOUNTPOINT [fuse options: -f -s -o ...]
  *
@@ -35,12 +37,7 @@ static void *ls_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 
 static struct entry *find(const char *path)
 {
-    if (path[0] != '/' || strchr(path + 1, '/') != NULL)
-        return NULL;
-    struct entry key = {.name = (char *)path + 1};
-    struct entry *pkey = &key;
-    struct entry **found = bsearch(&pkey, sorted, count, sizeof(*sorted), by_name);
-    return found ? *found : NULL;
+    return path[0] == '/' ? find_relative(path + 1) : NULL;
 }
 
 static int ls_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
@@ -67,13 +64,17 @@ static int ls_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
     enum fuse_fill_dir_flags plus = (flags & FUSE_READDIR_PLUS) ? FUSE_FILL_DIR_PLUS : 0;
     struct stat dir = {.st_mode = S_IFDIR | 0555, .st_nlink = 1, .st_ino = 1};
     int root = strcmp(path, "/") == 0;
-    if (!root && find(path) == NULL)
+    struct entry *e = root ? NULL : find(path);
+    if (!root && (e == NULL || !S_ISDIR(e->st.st_mode)))
         return -ENOENT;
-    size_t listed = root ? count : 0;
-    for (size_t position = (size_t)off; position < 2 + listed; position++) {
-        const char *name = position == 0 ? "." : position == 1 ? ".." : entries[position - 2].name;
-        const struct stat *st = position < 2 ? &dir : &entries[position - 2].st;
-        if (filler(buf, name, st, (off_t)position + 1, plus))
+    /* The offset of an entry is its index + 3 (0 starts, 1 is ".", 2 is ".."): found again in O(1). */
+    size_t at = off >= 3 ? next[off - 3] : root ? root_first : first[e - entries];
+    for (off_t position = off; position < 2; position++)
+        if (filler(buf, position == 0 ? "." : "..", &dir, position + 1, plus))
+            return 0;
+    for (; at; at = next[at - 1]) {
+        struct entry *child = &entries[at - 1];
+        if (filler(buf, base_name(child->name), &child->st, (off_t)at + 2, plus))
             break;
     }
     return 0;

@@ -1,6 +1,6 @@
 /*
- * listing.c on libfuse3's low-level API: the same root entries ("KIND SIZE NAME" lines of ENTRIES, listed in
- * that order with their attributes), the same configuration (inode numbers given, entries and attributes cached
+ * listing.c on libfuse3's low-level API: the same entries ("KIND SIZE PATH" lines of ENTRIES, each directory's
+ * listed in that order with their attributes), the same configuration (inode numbers given, entries and attributes cached
  * for a day, readdirplus on every request), answered by inode number. libfuse then keeps no node table of its
  * own and no path per entry, and directories need no open (opendir answers ENOSYS: the kernel's no_opendir).
  * scripts/bench measures it beside listing.c to tell what the high-level API costs a listing (issue 24).
@@ -43,13 +43,16 @@ static void ll_init(void *userdata, struct fuse_conn_info *conn)
 static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct fuse_entry_param e = {.attr_timeout = TIMEOUT, .entry_timeout = TIMEOUT};
-    if (parent == FUSE_ROOT_ID) {
-        struct entry key = {.name = (char *)name};
-        struct entry *pkey = &key;
-        struct entry **found = bsearch(&pkey, sorted, count, sizeof(*sorted), by_name);
+    const struct stat *folder = stat_of(parent);
+    if (folder != NULL && S_ISDIR(folder->st_mode)) {
+        char *joined = NULL;
+        if (parent != FUSE_ROOT_ID && asprintf(&joined, "%s/%s", entries[parent - FIRST_INO].name, name) < 0)
+            joined = NULL;
+        struct entry *found = parent == FUSE_ROOT_ID ? find_relative(name) : joined ? find_relative(joined) : NULL;
+        free(joined);
         if (found != NULL) {
-            e.ino = (*found)->st.st_ino;
-            e.attr = (*found)->st;
+            e.ino = found->st.st_ino;
+            e.attr = found->st;
             fuse_reply_entry(req, &e);
             return;
         }
@@ -87,24 +90,29 @@ static void list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plu
     }
     char *buf = malloc(size);
     size_t used = 0;
-    size_t listed = ino == FUSE_ROOT_ID ? count : 0;
-    for (size_t position = (size_t)off; position < 2 + listed; position++) {
-        const char *name = position == 0 ? "." : position == 1 ? ".." : entries[position - 2].name;
-        const struct stat *entry_st = position < 2 ? &root_st : &entries[position - 2].st;
+    /* As listing.c: entry i's offset is i + 3; "." and ".." are 1 and 2. */
+    size_t at = off >= 3 ? next[off - 3] : ino == FUSE_ROOT_ID ? root_first : first[ino - FIRST_INO];
+    for (off_t position = off < 2 ? off : 2; position < 2 || at;) {
+        int dot = position < 2;
+        const char *name = dot ? (position == 0 ? "." : "..") : base_name(entries[at - 1].name);
+        const struct stat *entry_st = dot ? st : &entries[at - 1].st;
+        off_t after = dot ? position + 1 : (off_t)at + 2;
         size_t need;
         if (plus) {
             struct fuse_entry_param e = {.attr_timeout = TIMEOUT, .entry_timeout = TIMEOUT, .attr = *entry_st};
             /* "." and ".." take no lookup reference: an entry of inode 0 is what tells the kernel so. */
-            e.ino = position < 2 ? 0 : entry_st->st_ino;
-            if (position < 2)
-                e.attr.st_ino = entry_st->st_ino;
-            need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)position + 1);
+            e.ino = dot ? 0 : entry_st->st_ino;
+            need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, after);
         } else {
-            need = fuse_add_direntry(req, buf + used, size - used, name, entry_st, (off_t)position + 1);
+            need = fuse_add_direntry(req, buf + used, size - used, name, entry_st, after);
         }
         if (need > size - used)
             break;
         used += need;
+        if (dot)
+            position++;
+        else
+            at = next[at - 1];
     }
     fuse_reply_buf(req, buf, used);
     free(buf);

@@ -17,7 +17,8 @@ Figures, per run, ckptfs beside torch and the floors:
 * ``scale_find_cpu`` the daemon's CPU time during that ``find -ls``, per entry listed (ckptfs and clist)
 * ``scale_rss``     the daemon's peak RSS (``VmHWM``) after that listing (the C floors' too)
 * ``scale_ls``, ``scale_info``  ``ckptfs ls`` and ``ckptfs info`` of the file, whole processes, output discarded
-* ``scale_nest_mount``, ``scale_nest_find``, ``scale_nest_rss``  the same with ``--nest`` (when ckptfs has it)
+* ``scale_nest_mount``, ``scale_nest_find``, ``scale_nest_rss``  the same with ``--nest`` (when ckptfs has it), beside
+                    the C floor showing the same tree (every entry ckptfs showed: ~69,000 directories at 200,000)
 * ``scale_small_*``, ``scale_million_*``  the 20,000- and 1,000,000-tensor cases (``scale_cases.py``)
 
 Targets: issue 24's, for 200,000 tensors (``TARGETS``, ``OVER_CLIST``, ``FIND_OVER_CLIST``).
@@ -87,6 +88,13 @@ def define_checks(bench: Any) -> None:
     for key, label in (("scale_nest_mount", "mount ready --nest"), ("scale_nest_find", "find -ls --nest"),
                        ("scale_nest_rss", "daemon peak RSS --nest, MiB")):
         checks.append(Check(key, "ckptfs", None, "<=", None, f"{label} ({n} tensors)"))
+        checks.append(Check(key, "clist", None, "<=", None, f"{label} ({n} tensors), the C floor on the same tree"))
+    checks.append(Check("scale_nest_find", "ckptfs", "clist", "<=", FIND_OVER_CLIST if full else None,
+                        f"find -ls --nest ({n}) / C listing's of the same tree"))
+    checks.append(Check("scale_nest_mount_over_clist", "ckptfs", None, "<=", None,
+                        f"mount ready --nest ({n} tensors): seconds beyond the C floor's"))
+    checks.append(Check("scale_nest_find_cpu", "ckptfs", "clist", "<=", None,
+                        f"daemon CPU per entry during find -ls --nest ({n}) / C floor's"))
 
 
 def make_checkpoint(bench: Any, n: int | None = None) -> str:
@@ -131,10 +139,11 @@ def _find(bench: Any, m: Any, side: str, find: Any) -> None:
     find.add(side, timed(["find", m.mnt, "-ls"]))
     after = proc_stat(m.pid)
     if before is not None and after is not None:
-        entries = bench.res.meta.setdefault("scale_entries", {}).get(side)
+        counted = bench.res.meta.setdefault("scale_entries", {})
+        entries = counted.get(f"{find.key} {side}")
         if entries is None:
             out = subprocess.run(["find", m.mnt], capture_output=True, check=True).stdout
-            entries = bench.res.meta["scale_entries"][side] = out.count(b"\n")
+            entries = counted[f"{find.key} {side}"] = out.count(b"\n")
         bench.res.fig(f"{find.key}_cpu", f"daemon CPU per entry during {find.label}", "us").add(
             side, (after.cpu_s - before.cpu_s) / entries * 1e6)
 
@@ -146,16 +155,41 @@ def add_rss(figure: Any, side: str, pid: int | None) -> None:
 
 
 def _mount_figures(bench: Any, src: str, tag: str, ready: Any, find: Any, rss: Any,
-                   listing: Any = None) -> None:
+                   listing: Any = None, tree: bool = False) -> None:
+    """ckptfs's mount ready, ``find -ls`` and RSS; ``listing``: where to write the entries it shows (``tree``: all
+    of them, else the root's) for the C floor."""
     m = bench.mount_ckptfs(src, tag)
     try:
         ready.add("ckptfs", m.ready_s)
         _find(bench, m, "ckptfs", find)
         add_rss(rss, "ckptfs", m.pid)
         if listing is not None:
-            bench.res.meta["scale_root_entries"] = write_root_entries(m.mnt, listing)
+            bench.res.meta[f"scale_{'tree' if tree else 'root'}_entries"] = write_root_entries(m.mnt, listing, tree)
     finally:
         bench.mounts.stop(m)
+
+
+def _nest_figures(bench: Any, src: str, n: int, first_run: bool) -> None:
+    """``--nest``: ckptfs's mount ready, ``find -ls`` and RSS, then the C floor's on the tree it showed."""
+    res = bench.res
+    ready = res.fig("scale_nest_mount", f"mount ready --nest, {n} tensors", "s")
+    find = res.fig("scale_nest_find", f"find -ls --nest, {n} tensors", "s")
+    rss = res.fig("scale_nest_rss", f"daemon peak RSS --nest, {n} tensors", "MiB")
+    listing = bench.workdir / "nest-entries-scale.txt"
+    bench.args.ckptfs_arg.append("--nest")
+    try:
+        _mount_figures(bench, src, "ckptfs-scale-nest", ready, find, rss, listing if first_run else None, tree=True)
+    finally:
+        bench.args.ckptfs_arg.remove("--nest")
+    m = bench.mount_clist(listing, "clist-scale-nest")
+    try:
+        ready.add("clist", m.ready_s)
+        _find(bench, m, "clist", find)
+        add_rss(rss, "clist", m.pid)
+    finally:
+        bench.mounts.stop(m)
+    res.fig("scale_nest_mount_over_clist", f"{ready.label}: beyond the C floor's mount ready", "s").add(
+        "ckptfs", ready.values["ckptfs"][-1] - m.ready_s)
 
 
 def run(bench: Any) -> None:
@@ -208,12 +242,5 @@ def run(bench: Any) -> None:
                 res.fig(f"{figure.key}_over_clist", f"{figure.label}: beyond the C floor's mount ready", "s").add(
                     "ckptfs", figure.values["ckptfs"][-1] - m.ready_s)
             if nest:
-                a.ckptfs_arg.append("--nest")
-                try:
-                    _mount_figures(bench, src, "ckptfs-scale-nest",
-                                   res.fig("scale_nest_mount", f"mount ready --nest, {n} tensors", "s"),
-                                   res.fig("scale_nest_find", f"find -ls --nest, {n} tensors", "s"),
-                                   res.fig("scale_nest_rss", f"daemon peak RSS --nest, {n} tensors", "MiB"))
-                finally:
-                    a.ckptfs_arg.remove("--nest")
+                _nest_figures(bench, src, n, run_i == 0)
         ready.add("torch", bench.torch.call(op="load", path=src, mmap=True)["seconds"])

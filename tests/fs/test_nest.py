@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 from corpus import save_zip
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ckptfs
 from ckptfs.fs.layout import Layout
@@ -103,3 +105,65 @@ def test_keys_sharing_no_parts_leave_their_dict_flat() -> None:
     assert nested(pairs) == pairs
     moe = [(f"model.layers.{n // 192}.mlp.experts.{n % 64}.w{n % 3}.weight", n) for n in range(1920)]
     assert nested(moe) != moe
+
+
+def _reference(pairs: list) -> list:
+    """The rule as the module docstring states it, level by level, each key's rest joined again at every level
+    (fs.nest splits a key once and joins its rest only where it is shown whole): ``[name, prefix, [...]]`` for a
+    directory, the key's name for a file."""
+    def level(items: list, prefix: str) -> list:
+        whole = {name for parts, name in items if parts is None or len(parts) < 3}
+        order, groups = [], {}
+        for parts, name in items:
+            if parts is None or len(parts) < 3 or parts[0] in whole:
+                order.append(name)
+            else:
+                if parts[0] not in groups:
+                    groups[parts[0]] = []
+                    order.append([parts[0]])
+                groups[parts[0]].append((parts[1:], ".".join(parts[1:])))
+        found = []
+        for entry in order:
+            if isinstance(entry, list):
+                inner = f"{prefix}.{entry[0]}" if prefix else entry[0]
+                entry = [entry[0], inner, level(groups[entry[0]], inner)]
+            found.append(entry)
+        return found
+
+    items = []
+    for key, _ in pairs:
+        parts = key.split(".") if isinstance(key, str) else None
+        items.append((parts if parts and 3 <= len(parts) <= MAX_PARTS and all(parts) else None, key))
+    return level(items, "")
+
+
+def _directories(shape: list) -> int:
+    return sum(1 + _directories(entry[2]) for entry in shape if isinstance(entry, list))
+
+
+def _named(pairs: list) -> list:
+    return [[key, child.prefix, _named(child.pairs)] if isinstance(child, Group) else key for key, child in pairs]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 3), st.lists(st.sampled_from(["a", "b", "0", "", "a.b"]), min_size=1,
+                                                      max_size=7).map(".".join)), max_size=40, unique=True))
+def test_the_rule_matches_its_reference_on_any_keys(keys: list) -> None:
+    pairs = [(key, position) for position, key in enumerate(keys)]
+    budget_met = len(keys) * 2 + 64
+    reference = _reference(pairs)
+    found = nested(pairs)
+    if found is pairs:  # too many directories: only when the reference makes more than the budget
+        assert _directories(reference) > budget_met
+        return
+    assert _named(found) == reference
+    flat = {}
+    stack = [(found, "")]
+    while stack:
+        level, prefix = stack.pop()
+        for key, child in level:
+            if isinstance(child, Group):
+                stack.append((child.pairs, child.prefix + "."))
+            else:
+                flat[prefix + key if prefix else key] = child
+    assert flat == {key: position for position, key in enumerate(keys)}

@@ -59,3 +59,30 @@ def test_a_root_that_is_no_container(tmp_path: Path) -> None:
         layout = Layout(ck)
         assert {ino: layout.path_of(layout.node_at(ino)) for ino in listed} == {  # type: ignore[arg-type]
             ino: where for ino, (where, _, _) in listed.items()}
+
+
+@pytest.mark.parametrize("kept", [1, 2, 4096])
+def test_directories_found_by_number_are_the_listed_ones_whatever_is_remembered(
+        tmp_path: Path, kept: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Directories found by number are remembered (``DIR_CACHE_SIZE`` at most, then forgotten all at once): each
+    number still leads to the very node the listings made, at every depth of a ``--nest`` tree, in any order."""
+    monkeypatch.setattr("ckptfs.fs.layout.DIR_CACHE_SIZE", kept)
+    keys = [f"model.layers.{layer}.experts.{expert}.w{w}.weight" for layer in range(3) for expert in range(3)
+            for w in range(2)]
+    path = save_zip({key: torch.full((2,), float(n)) for n, key in enumerate(keys)}, tmp_path / "n.pt")
+    with ckptfs.open(path) as ck:
+        layout = Layout(ck, nest=True)
+        directories: list[Dir] = []
+        stack: list[Node] = [layout.root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Dir):
+                directories.append(node)
+                stack.extend(layout.listing(node))
+        # The root, .ckptfs, model, layers, its three, their experts, three in each.
+        assert len(directories) == 1 + 1 + 1 + 1 + 3 + 3 + 3 * 3
+        for node in [*directories, *reversed(directories), *directories[::2]]:
+            assert layout.node_at(node.ino) is node, layout.path_of(node)
+        tensor = layout.lookup("/model/layers/2/experts/1/w1.weight")
+        assert tensor is not None and layout.node_at(tensor.ino) is tensor
+        assert layout.node_of(tensor.value) is tensor

@@ -196,7 +196,8 @@ def test_corpus_sizes_are_the_bytes_made(corpus: dict[str, CorpusFile], name: st
             assert size == made.size == sum(len(piece_bytes(piece, ck.read)) for piece in made.pieces(ck.extents))
 
 
-_KEYS = st.sampled_from(["a", "b", "a.b", "b.a", "__metadata__", "é", "w\udc8c", "x"])
+_KEYS = st.sampled_from(["a", "b", "a.b", "b.a", "__metadata__", "é", "w\udc8c", "x", "m.l.0.w", "m.l.1.w", "m.n.w",
+                         "m.l.0", "a.b.c"])
 _LEAVES = st.sampled_from(["f32", "f16", "c128", "meta", "q"])
 
 
@@ -215,20 +216,25 @@ _TREES = st.recursive(_LEAVES.map(_leaf), lambda inner: st.dictionaries(_KEYS, i
 @given(tree=st.dictionaries(_KEYS, _TREES, min_size=1, max_size=5))
 @example(tree={"a.b": _leaf("f32"), "a": {"b": _leaf("f16"), "x": _leaf("f32")}})
 @example(tree={"a": {"b": _leaf("f32")}, "x": {"a.b": _leaf("f16")}})
+@example(tree={"m.l.0.w": _leaf("f32"), "m.n.w": _leaf("f16"), "m.l.1.w": _leaf("f32"), "a.b.c": _leaf("f16")})
+@example(tree={"m.l.0.w": _leaf("f32"), "m": {"l.0.w": _leaf("f16")}, "m.l.1.w": _leaf("q")})
+@pytest.mark.parametrize("nest", [False, True])
 def test_containers_of_tensors_only_give_the_members_a_child_at_a_time_gives(
-        tree: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The check of a whole container at once (``_all_members``, here for any container) against the walk a child
-    at a time: the same names, tensors and what is left out, whatever the names met twice, the dtypes and the
-    tensors without data."""
+        tree: dict[str, Any], nest: bool, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The check of a whole container at once (``_all_members``, here for any container; with ``--nest``, a dict's
+    directories' tensors at once: ``_group_leaves``) against the walk a child at a time: the same names, tensors and
+    what is left out, whatever the names met twice, the dtypes and the tensors without data."""
     path = save_zip(tree, tmp_path_factory.mktemp("members") / "t.pt")
     with ckptfs.open(path) as ck, pytest.MonkeyPatch.context() as bulk:
         bulk.setattr("ckptfs.fs.safetensors.BULK_MEMBERS", 1)
-        layout = Layout(ck)
+        layout = Layout(ck, nest=nest)
         bundles = [layout.lookup(where) for where in layout.safetensors_paths()]
         made = [layout.safetensors(node) for node in bundles]  # type: ignore[arg-type]
         with pytest.MonkeyPatch.context() as patched:
             patched.setattr("ckptfs.fs.safetensors._all_members", lambda *args: False)
-            walked = [Layout(ck).safetensors(node) for node in bundles]  # type: ignore[arg-type]
+            patched.setattr("ckptfs.fs.safetensors._group_leaves", lambda *args: None)
+            again = Layout(ck, nest=nest)  # --nest's directories are the layout's own
+            walked = [again.safetensors(again.lookup(where)) for where in layout.safetensors_paths()]  # type: ignore
         for fast, slow in zip(made, walked):
             assert (fast.names, fast.header, fast.size) == (slow.names, slow.header, slow.size)
             assert [id(tensor) for tensor in fast.tensors] == [id(tensor) for tensor in slow.tensors]
