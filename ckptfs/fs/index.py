@@ -10,7 +10,7 @@ from ckptfs.checkpoint import Checkpoint
 from ckptfs.errors import LimitExceededError
 from ckptfs.fs.files import container_kind
 from ckptfs.fs.names import INDEX_NAME
-from ckptfs.fs.nodes import Dir, Kind, Node, TensorChildren
+from ckptfs.fs.nodes import BULK_SIZES, Dir, Kind, Node, TensorChildren
 from ckptfs.fs.npy import npy_dtype
 from ckptfs.fs.pathtext import PathTexts
 from ckptfs.fs.views import NPY_SUFFIX, SCALES_SUFFIX, SIDECAR_SUFFIX, ZERO_POINTS_SUFFIX
@@ -114,11 +114,12 @@ def _write(layout: Tree, tensors: bytearray | _Bounded) -> None:
 
     def enter(directory: Dir, directory_id: int, folders: list[str]) -> None:
         """Adds a directory's children to the walk, or counts their lines at once (``_TensorLines.length``) where the
-        index is only counted: a directory of tensors only, each at its first place, none an alias's target."""
+        index is only counted: a directory of ``BULK_SIZES`` tensors or more, each at its first place, none an alias's
+        target (a few lines cost less made than counted)."""
         nonlocal next_id
         children = layout.children(directory)
-        if (isinstance(tensors, _Bounded) and isinstance(children, TensorChildren) and not tensor_targets
-                and 0 not in children.firsts):
+        if (isinstance(tensors, _Bounded) and isinstance(children, TensorChildren) and len(children) >= BULK_SIZES
+                and not tensor_targets and 0 not in children.firsts):
             folder = dumps("".join(name + "/" for name in folders))[:-1]
             length = lines.length(children, next_id, directory_id, folder)
             if length is not None and tensors.passes_bound(length):

@@ -70,6 +70,9 @@ FIRST_BLOCK_INO = 16
 SLOTS = 1 << SLOT_BITS
 """Inode numbers per child: the entry and its views (``fs.views``: the sidecar, the ``.npy``, a per-channel
 quantized tensor's scales and zero points, three kept for later views)."""
+TENSOR_CHILDREN_FROM = 1
+"""A directory of this many tensors or more and nothing else keeps no node per child (``TensorChildren``): a
+``--nest`` tree's ~69,000 directories of a few tensors at 200,000 would keep as many nodes as a flat one's."""
 DIR_CACHE_SIZE = 4096
 """Directories ``Layout.lookup`` remembers by path (a path is at most 4 KiB: PATH_MAX)."""
 
@@ -228,7 +231,8 @@ class Layout(Contents):
 
     def listing_sizes(self, directory: Dir, start: int, stop: int) -> list[int]:
         """``sizes(listing_slice(directory, start, stop))``, made in bulk without a node per view."""
-        if min(stop, self.listing_length(directory)) - start < BULK_SIZES:
+        if min(stop, self.listing_length(directory)) - start < BULK_SIZES and not isinstance(
+                directory.children, TensorChildren):
             return self.sizes(self.listing_slice(directory, start, stop))
         return directory.listed_sizes(start, stop, self._view_of_slot, self.size)
 
@@ -262,7 +266,7 @@ class Layout(Contents):
         names = listed_names(self.places, directory, boxed)
         made = directory.made or {}
         values = [child for _, child in pairs]
-        if not made and not boxed and len(values) >= BULK_SIZES and set(map(type, values)) == {Tensor}:
+        if not made and not boxed and len(values) >= TENSOR_CHILDREN_FROM and set(map(type, values)) == {Tensor}:
             kids = TensorChildren(directory, pairs, pairs.values if isinstance(pairs, DictPairs) else values, names, base,
                                   self.places.firsts_in(container, values))
         else:

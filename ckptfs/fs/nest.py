@@ -39,7 +39,7 @@ SPARE_GROUPS = 64
 class Group:
     """A directory made by ``--nest``: keys sharing a dotted prefix. Not an object of the checkpoint."""
 
-    __slots__ = ("prefix", "pairs")
+    __slots__ = ("pairs", "prefix")
 
     def __init__(self, prefix: str, pairs: list[tuple[Key, Any]]) -> None:
         self.prefix = prefix
@@ -48,61 +48,53 @@ class Group:
         """``(key, child)``: the rest of each key after the prefix and its value, or a part and a ``Group``."""
 
 
-_Item = tuple["list[str] | None", Key, Any]
-"""A key's dotted parts (None: shown whole), the key, its value."""
-
-
-class _TooMany(Exception):
-    pass
-
-
-_MAY_NEST: Any = object()
-"""``_level``'s name of a key that may go into a directory (any key, None included, may be shown whole)."""
+def _nests(key: Key) -> bool:
+    """Whether a key may go into directories: a str of three parts or more, at most ``MAX_PARTS``, none empty."""
+    return (isinstance(key, str) and 2 <= key.count(".") < MAX_PARTS and ".." not in key and key[0] != "."
+            and key[-1] != ".")
 
 
 def nested(pairs: list[tuple[Key, Any]]) -> list[tuple[Key, Any]]:
     """A dict's ``(key, child)`` pairs with the keys sharing first parts grouped (see the module docstring), or
-    the pairs as they are when that would make too many directories (``GROUPS_PER_KEY``)."""
-    items: list[_Item] = []
-    for key, child in pairs:
-        parts = key.split(".") if isinstance(key, str) and "." in key else None
-        if parts is not None and (len(parts) < 3 or len(parts) > MAX_PARTS or "" in parts):
-            parts = None
-        items.append((parts, key, child))
-    try:
-        return _level(items, 0, "", [GROUPS_PER_KEY * len(pairs) + SPARE_GROUPS])
-    except _TooMany:
-        return pairs
+    the pairs as they are when that would make too many directories (``GROUPS_PER_KEY``).
 
-
-def _level(items: list[_Item], depth: int, prefix: str, budget: list[int]) -> list[tuple[Key, Any]]:
-    """One directory's pairs, of keys whose first ``depth`` parts are its path; ``budget``: the directories that
-    may still be made. A key's rest is joined only where it is shown whole (a key is split once, not per level)."""
-    # Each item's name where it is shown whole whatever the others are, else _MAY_NEST.
-    names = [key if parts is None else _MAY_NEST if len(parts) - depth >= 3 else ".".join(parts[depth:])
-             for parts, key, _ in items]
-    whole = set(names)
-    order: list[tuple[Key, Any] | str] = []
-    groups: dict[str, list[_Item]] = {}
-    for item, name in zip(items, names):
-        parts = item[0]
-        if name is not _MAY_NEST or parts[depth] in whole:  # type: ignore[index]
-            order.append((name if name is not _MAY_NEST else ".".join(parts[depth:]), item[2]))  # type: ignore
-            continue
-        head = parts[depth]  # type: ignore[index]
-        members = groups.get(head)
-        if members is None:
-            budget[0] -= 1
-            if budget[0] < 0:
-                raise _TooMany
-            members = groups[head] = []
-            order.append(head)
-        members.append(item)
+    Every part of a key but its last two is a directory, so each key goes straight into the directory named by its
+    text up to its second last dot, found by that text; the directories above it are made with it, each listed where
+    its first key is. Inside a directory every name shown whole has a dot and no directory's does: only a key shown
+    whole at the top can take a directory's name.
+    """
+    flags = [_nests(key) for key, _ in pairs]
+    taken = {key for (key, _), nests in zip(pairs, flags) if not nests}
     found: list[tuple[Key, Any]] = []
-    for entry in order:
-        if isinstance(entry, str):
-            inner = f"{prefix}.{entry}" if prefix else entry
-            found.append((entry, Group(inner, _level(groups[entry], depth + 1, inner, budget))))
-        else:
-            found.append(entry)
+    groups: dict[str, Group] = {}
+    texts: dict[str, str] = {}
+    """One str per distinct name made: a model's 200,000 keys end in a few (``w1.weight``)."""
+    budget = GROUPS_PER_KEY * len(pairs) + SPARE_GROUPS
+    for (key, child), nests in zip(pairs, flags):
+        if not nests or key[: key.index(".")] in taken:
+            found.append((key, child))
+            continue
+        cut = key.rfind(".", 0, key.rfind("."))
+        folder = groups.get(key[:cut])
+        if folder is None:
+            folder = _folders(key, cut, groups, found, texts)
+            if len(groups) > budget:
+                return pairs
+        name = key[cut + 1 :]
+        folder.pairs.append((texts.setdefault(name, name), child))
     return found
+
+
+def _folders(key: str, cut: int, groups: dict[str, Group], top: list[tuple[Key, Any]], texts: dict[str, str]) -> Group:
+    """The directory of ``key[:cut]``, made with those above it that are not made yet, each listed last in its own."""
+    listing, start = top, 0
+    while True:
+        end = key.index(".", start)
+        group = groups.get(key[:end])
+        if group is None:
+            part = key[start:end]
+            group = groups[key[:end]] = Group(key[:end], [])
+            listing.append((texts.setdefault(part, part), group))
+        if end == cut:
+            return group
+        listing, start = group.pairs, end + 1

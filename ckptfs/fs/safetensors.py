@@ -84,7 +84,7 @@ def members(top: Any, tree: Tree) -> tuple[Members, list[LeftOut]]:
         if _all_members(pairs, prefix, found, seen):
             continue
         leaves = _group_leaves(pairs, prefix)
-        if leaves is not None and _add_all(*leaves, "", False, found, seen):
+        if leaves is not None and _add_all(*leaves, "", True, found, seen):
             continue
         below: list[tuple[Any, str]] = []
         for position, (key, child) in enumerate(pairs):
@@ -160,7 +160,8 @@ def _group_leaves(pairs: Sequence[tuple[Key, Any]], prefix: str) -> tuple[list[s
     """The tensors below a container's ``--nest`` directories (``Group``s) and beside them, in the walk's order (a
     directory's own tensors, then its directories'), each named by ``prefix`` and the key it was shown from; None
     unless a Group is among the children and every child below is a tensor or a Group, under a str key (a nested
-    state dict's): they are then added in bulk."""
+    state dict's): they are then added in bulk. Their names are distinct: each is the key of one dict it was shown
+    from, after the same prefix."""
     if not any(type(child) is Group for _, child in pairs):
         return None
     names: list[str] = []

@@ -235,8 +235,7 @@ class InodeFS(CheckpointFS):
         directory = self._directory(req, ino)
         if directory is None:
             return None
-        sizes = self._listing(directory).sizes
-        if offset >= len(sizes):  # the request after the last entry, which every listing ends with
+        if offset >= self.listed_count(directory):  # the request after the last entry, which every listing ends with
             ll.reply_buf(req, None, 0)
             return directory
         with gc_paused():
@@ -244,7 +243,7 @@ class InodeFS(CheckpointFS):
                 self._mirrored.update((node.ino, node) for node in directory.head)
             base, used = _ADDRESS(self._reply_buffer(size)), 0
             add, field = (ll.add_direntry_plus, 0) if plus else (ll.add_direntry, ATTR)
-            for window, first in self._windows(directory, offset, sizes):
+            for window, first in self._windows(directory, offset):
                 start, names, address = window.start, window.names, window.address + field
                 while plus and start + first < 2:  # . and ..: inode 0, the kernel takes no lookup reference
                     dot = ll.FuseEntryParam.from_buffer_copy(window.memory, first * ENTRY_SIZE)

@@ -53,6 +53,9 @@ MAX_FILE_SIZE = (1 << 63) - 1
 MAX_LISTED_ENTRIES = 1 << 22
 """Directory entries whose sizes are kept for listings (4 bytes each, 8 where one is 4 GiB or more); past it they are
 made again as asked."""
+KEPT_LISTING = 256
+"""Listings of fewer entries (``.`` and ``..`` included) have their sizes made again each time they are listed, not
+kept: a ``--nest`` tree's 69,000 small directories would keep ~22 MiB for little, each a window of its own."""
 WINDOW = 1024
 """Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
 kernel request takes ~20 with attributes)."""
@@ -182,23 +185,27 @@ class CheckpointFS:
             return -errno.ENOENT
         if not isinstance(directory, Dir):
             return -errno.ENOTDIR
-        sizes = self._listing(directory).sizes
         plus = libfuse.FUSE_FILL_DIR_PLUS if flags & libfuse.FUSE_READDIR_PLUS else 0
         fill = _RawFiller(ctypes.cast(filler, _VOIDP).value)
-        for window, first in self._windows(directory, offset, sizes):
+        for window, first in self._windows(directory, offset):
             start, names, address = window.start, window.names.names, window.address
             for index in range(first, len(names)):
                 if fill(buf, names[index], address + index * _STAT_SIZE, start + index + 1, plus):
                     return 0
         return 0
 
-    def _windows(self, directory: Dir, position: int, sizes: array.array[int]) -> Iterator[tuple[_Window, int]]:
+    def listed_count(self, directory: Dir) -> int:
+        """The entries of the directory's listing: ``.``, ``..`` and its own."""
+        return 2 + self.layout.listing_length(directory)
+
+    def _windows(self, directory: Dir, position: int) -> Iterator[tuple[_Window, int]]:
         """The windows of a listing from entry ``position`` on, each with the index of its first entry wanted."""
-        while position < len(sizes):
+        total = self.listed_count(directory)
+        while position < total:
             window = self._window
             if window is None or window.directory is not directory or not (
                     window.start <= position < window.start + window.names.count):
-                window = self._make_window(directory, position, sizes)
+                window = self._make_window(directory, position, self._listing(directory).sizes)
             yield window, position - window.start
             position = window.start + window.names.count
 
@@ -238,13 +245,14 @@ class CheckpointFS:
         return memory
 
     def _listing(self, directory: Dir) -> _Listing:
-        """The sizes of the directory's entries (``.`` and ``..`` first), made once.
+        """The sizes of the directory's entries (``.`` and ``..`` first), made once for a big directory.
 
         Listings of big directories come back again and again (``ls``, ``find``,
         every shell completion), and the kernel does not keep them (no
         ``cache_readdir`` through libfuse 3.14's high-level API). Sizes are
         what is costly to make again (a sidecar's needs its text's length);
-        entries are made from the directory's plan as they are listed.
+        entries are made from the directory's plan as they are listed. A
+        small directory's are made again each time (``KEPT_LISTING``).
         """
         listing = self._listings.get(directory.ino)
         if listing is not None and listing.directory is directory:
@@ -262,6 +270,8 @@ class CheckpointFS:
                     sizes = array.array("q", sizes)
             sizes.extend(found)
         listing = _Listing(directory, sizes)
+        if len(sizes) < KEPT_LISTING:
+            return listing
         self._listed += len(sizes)
         if self._listed > MAX_LISTED_ENTRIES:
             self._listings.clear()

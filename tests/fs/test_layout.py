@@ -328,7 +328,8 @@ def test_index_lists_every_tensor_and_entry(corpus: dict[str, CorpusFile], name:
                     assert "value" not in entry
             elif entry["kind"] == "link":
                 assert node.kind is Kind.LINK
-                assert layout.lookup("/" + files[entry["target"]]) is layout.node_of(node.value)
+                target = layout.lookup("/" + files[entry["target"]])
+                assert target is not None and target.ino == layout.node_of(node.value).ino
             else:
                 assert isinstance(node, Dir) and entry["kind"] == index_kind(node.value)
         assert layout.lookup(f"/{CONTROL_DIR}/{INDEX_NAME}") is not None

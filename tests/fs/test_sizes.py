@@ -21,14 +21,17 @@ from ckptfs.fs.nodes import Dir, Kind
 from ckptfs.fs.views import VIEW_NAMES
 
 
-@pytest.fixture(params=["bulk", "small"], autouse=True)
+@pytest.fixture(params=["bulk", "default", "nodes"], autouse=True)
 def bulk_from(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test twice: every directory's plan and sizes (sidecars' too) made in bulk, and small directories node
-    by node (the default for directories under ``BULK_SIZES`` entries, which the test trees are)."""
+    """Every test three times: every directory's plan and sizes (sidecars' too) made in bulk; as by default (small
+    directories of tensors only in bulk, ``TensorChildren``, others node by node: the test trees' are all under
+    ``BULK_SIZES`` entries); every directory node by node."""
     if request.param == "bulk":
         monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", 0)
         monkeypatch.setattr(ckptfs.fs.sidecar, "_BULK", 0)
+    if request.param == "nodes":
+        monkeypatch.setattr(ckptfs.fs.layout, "TENSOR_CHILDREN_FROM", 1 << 30)
 
 
 def one_at_a_time(ck: Checkpoint, path: str, **options: Any) -> list[int]:

@@ -68,6 +68,7 @@ def test_made_when_asked_for_as_made_one_by_one(tmp_path: Path, monkeypatch: pyt
     for bulk in (1 << 30, 0):
         monkeypatch.setattr(ckptfs.fs.layout, "BULK_SIZES", bulk)
         monkeypatch.setattr(ckptfs.fs.nodes, "BULK_SIZES", bulk)
+        monkeypatch.setattr(ckptfs.fs.layout, "TENSOR_CHILDREN_FROM", max(bulk, 1))
         with ckptfs.open(path) as ck:
             if index_first:
                 Layout(ck).index_bytes()
