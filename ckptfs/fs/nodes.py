@@ -60,6 +60,9 @@ def _rows_plan(count: int, slots: list[int]) -> array[int]:
     return plan
 
 
+_NO_PLAN = array("I")
+
+
 class Kind(enum.Enum):
     __hash__ = object.__hash__  # Enum's hashes the name in Python: listings look up a kind per entry
 
@@ -127,14 +130,15 @@ class Dir(Node):
         super().__init__(ino, Kind.DIR, name, parent, key, value)
         self.entries: dict[str, Node] | None = None
         """Its own entries by name: children and the others below, not views."""
-        self.head: list[Node] = []
+        # Empty until built, and head and tail most often after: shared, not one each (a --nest tree has ~69,000).
+        self.head: Sequence[Node] = ()
         """Listed first (the root's ``.ckptfs``; every entry of a ``/.zarr`` directory)."""
-        self.plan: array[int] = array("I")
+        self.plan: array[int] = _NO_PLAN
         """Then each child and each of its views, in listing order: the child's position times ``SLOTS`` plus the
-        view's slot (0: the child itself)."""
-        self.tail: list[Node] = []
+        view's slot (0: the child itself). Replaced whole, never changed in place."""
+        self.tail: Sequence[Node] = ()
         """Listed last (``model.safetensors``)."""
-        self.children: Sequence[Node] = []
+        self.children: Sequence[Node] = ()
         """One node per child of the container, by position (``TensorChildren``: made when asked for)."""
         self.made: dict[int, Node] | None = None
         """Before ``entries`` are made: the children looked up one at a time, by position (``model.safetensors`` at
@@ -145,13 +149,13 @@ class Dir(Node):
     def listed(self, start: int, stop: int, by_slot: list[View | None]) -> list[Node]:
         """Entries ``start`` to ``stop`` of the listing (made: ``fs.layout``), views by their slot."""
         head, plan, children = self.head, self.plan, self.children
-        found = head[start:stop]
+        found = list(head[start:stop])
         start, stop = max(start - len(head), 0), max(stop - len(head), 0)
         for code in plan[start:stop]:
             child = children[code >> SLOT_BITS]
             slot = code & ((1 << SLOT_BITS) - 1)
             found.append(ViewNode.beside(child, by_slot[slot]) if slot else child)  # type: ignore[arg-type]
-        return found + self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)]
+        return found + list(self.tail[max(start - len(plan), 0) : max(stop - len(plan), 0)])
 
     def listed_columns(self, start: int, stop: int,
                        by_slot: list[View | None]) -> tuple[list[str], list[int], list[Kind]]:

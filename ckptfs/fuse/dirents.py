@@ -52,6 +52,17 @@ def blocks(sizes: array.array[int], bulk: bool) -> Column:
     return array.array("Q", ((found + np.uint64(511)) >> np.uint64(9)).tobytes())
 
 
+_CODES = {2: "H", 4: "I", 8: "Q"}
+
+
+def write_column(view: memoryview, offset: int, size: int, stride: int, values: Column) -> None:
+    """Writes ``values[i]`` into the field of ``size`` bytes at ``offset`` of the i-th record of ``stride`` bytes in
+    ``view`` (a window's ``struct stat``s or ``fuse_entry_param``s): a column at a time."""
+    code = _CODES[size]
+    column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
+    view.cast(code)[offset // size :: stride // size] = column
+
+
 class Names:
     """A window's names, encoded as a loop takes them: one at a time (``names``) or, for the compiled loop, all
     joined (``text``), each made on first use."""

@@ -38,7 +38,7 @@ from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.zarr import ZARR_INO, ZarrDir
 from ckptfs.fuse import bindings as libfuse
 from ckptfs.fuse import lowlevel as ll
-from ckptfs.fuse.dirents import Column, add_entries, blocks
+from ckptfs.fuse.dirents import Column, add_entries, blocks, write_column
 from ckptfs.fuse.opened import KeptFiles, OpenFile
 from ckptfs.fuse.operations import CACHE_TIMEOUT, CheckpointFS
 from ckptfs.fuse.page_store import Batch, PageStore
@@ -309,11 +309,10 @@ class InodeFS(CheckpointFS):
         written a column at a time."""
         memory = bytearray(self._entry * len(inos))
         view = memoryview(memory)
-        _column(view, 0, 8, inos)
-        _column(view, ATTR + ll.Stat.st_ino.offset, ll.Stat.st_ino.size, inos)
-        _column(view, ATTR + ll.Stat.st_mode.offset, ll.Stat.st_mode.size, modes)
-        _column(view, ATTR + ll.Stat.st_size.offset, ll.Stat.st_size.size, sizes)
-        _column(view, ATTR + ll.Stat.st_blocks.offset, ll.Stat.st_blocks.size, blocks(sizes, bulk))
+        write_column(view, 0, 8, ENTRY_SIZE, inos)
+        for field, values in ((ll.Stat.st_ino, inos), (ll.Stat.st_mode, modes), (ll.Stat.st_size, sizes),
+                              (ll.Stat.st_blocks, blocks(sizes, bulk))):
+            write_column(view, ATTR + field.offset, field.size, ENTRY_SIZE, values)
         return memory
 
     @_answering
@@ -384,13 +383,3 @@ class InodeFS(CheckpointFS):
 
 def _stay() -> None:
     """``InodeFS.handoff`` of a loop whose threads do not take turns: the read waits where it is."""
-
-
-_CODES = {2: "H", 4: "I", 8: "Q"}
-
-
-def _column(view: memoryview, offset: int, size: int, values: Column) -> None:
-    """Writes ``values[i]`` at ``offset`` (a field of ``size`` bytes) of the i-th ``fuse_entry_param`` in ``view``."""
-    code = _CODES[size]
-    column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
-    view.cast(code)[offset // size :: ENTRY_SIZE // size] = column

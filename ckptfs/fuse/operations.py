@@ -30,7 +30,7 @@ from ckptfs.fs.layout import Layout
 from ckptfs.fs.nodes import Dir, Kind, Node
 from ckptfs.fs.pieces import Content, Literal, Part, SourceBytes, part_bytes
 from ckptfs.fuse import bindings as libfuse
-from ckptfs.fuse.dirents import Column, Names, blocks, numpy_loaded
+from ckptfs.fuse.dirents import Column, Names, blocks, numpy_loaded, write_column
 from ckptfs.fuse.opened import OpenFile, check_not_truncated
 from ckptfs.sources import BUFFERS, SourceStat
 
@@ -54,8 +54,7 @@ MAX_LISTED_ENTRIES = 1 << 22
 """Directory entries whose sizes are kept for listings (4 bytes each, 8 where one is 4 GiB or more); past it they are
 made again as asked."""
 KEPT_LISTING = 256
-"""Listings of fewer entries (``.`` and ``..`` included) have their sizes made again each time they are listed, not
-kept: a ``--nest`` tree's 69,000 small directories would keep ~22 MiB for little, each a window of its own."""
+"""Listings of fewer entries are made again as listed, not kept: a ``--nest`` tree's ~69,000 would keep ~22 MiB."""
 WINDOW = 1024
 """Entries whose names and ``struct stat``s are made at once for readdir, kept for the requests that follow (a
 kernel request takes ~20 with attributes)."""
@@ -238,21 +237,19 @@ class CheckpointFS:
         a time."""
         memory = bytearray(self._template * len(inos))
         view = memoryview(memory)
-        _write_column(view, _STAT.st_ino, inos)
-        _write_column(view, _STAT.st_mode, modes)
-        _write_column(view, _STAT.st_size, sizes)
-        _write_column(view, _STAT.st_blocks, blocks(sizes, bulk))
+        for field, values in ((_STAT.st_ino, inos), (_STAT.st_mode, modes), (_STAT.st_size, sizes),
+                              (_STAT.st_blocks, blocks(sizes, bulk))):
+            write_column(view, field.offset, field.size, _STAT_SIZE, values)
         return memory
 
     def _listing(self, directory: Dir) -> _Listing:
-        """The sizes of the directory's entries (``.`` and ``..`` first), made once for a big directory.
+        """The sizes of the directory's entries (``.`` and ``..`` first), kept if there are ``KEPT_LISTING``.
 
         Listings of big directories come back again and again (``ls``, ``find``,
         every shell completion), and the kernel does not keep them (no
         ``cache_readdir`` through libfuse 3.14's high-level API). Sizes are
         what is costly to make again (a sidecar's needs its text's length);
-        entries are made from the directory's plan as they are listed. A
-        small directory's are made again each time (``KEPT_LISTING``).
+        entries are made from the directory's plan as they are listed.
         """
         listing = self._listings.get(directory.ino)
         if listing is not None and listing.directory is directory:
@@ -393,13 +390,3 @@ class CheckpointFS:
 
     write = create = mkdir = mknod = unlink = rmdir = symlink = rename = link = _read_only
     chmod = chown = truncate = utimens = setxattr = removexattr = fallocate = _read_only
-
-
-_COLUMN_CODES = {2: "H", 4: "I", 8: "Q"}
-
-
-def _write_column(view: memoryview, field: Any, values: Column) -> None:
-    """Writes ``values[i]`` into ``field`` (a ``struct stat`` field) of the i-th ``struct stat`` in ``view``."""
-    code = _COLUMN_CODES[field.size]
-    column = values if isinstance(values, array.array) and values.typecode == code else array.array(code, values)
-    view.cast(code)[field.offset // field.size :: _STAT_SIZE // field.size] = column

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ckptfs.model import jsontext
 from ckptfs.model.jsontext import ascending_decimal_length, decimal_lengths, plain_lengths, quote
 
 _PLAIN = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters='"\\'), max_size=8)
 
 
 @settings(max_examples=300, deadline=None)
-@given(texts=st.lists(st.one_of(_PLAIN, st.text(max_size=4)), max_size=10))
-def test_plain_lengths_are_the_quoted_lengths_or_none(texts: list[str]) -> None:
-    found = plain_lengths(texts)
+@given(texts=st.lists(st.one_of(_PLAIN, st.text(max_size=4)), max_size=10), chunk=st.sampled_from([1, 3, 1 << 14]))
+def test_plain_lengths_are_the_quoted_lengths_or_none(texts: list[str], chunk: int) -> None:
+    """Whatever chunk the texts are checked in (``PLAIN_CHUNK``): an escape in any chunk is found."""
+    with mock.patch.object(jsontext, "PLAIN_CHUNK", chunk):
+        found = plain_lengths(texts)
     if found is None:
         assert any(quote(text) != f'"{text}"' for text in texts)
     else:
