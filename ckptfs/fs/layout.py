@@ -93,7 +93,8 @@ class Layout(Contents):
             self.places = Places(top, FIRST_BLOCK_INO, SLOTS, nest, met_once=checkpoint.alias_count == 0)
         self._dirs: dict[str, Dir] = {}
         self._dirs_by_ino: dict[int, Dir] = {}
-        """``_dirs`` by inode number, for ``node_at``: every request names one, and a ``--nest`` tree's are deep."""
+        """Directories ``node_at`` found, by inode number (bounded as ``_dirs``): every request names one, and a
+        ``--nest`` tree's are deep."""
         self.root = Dir(ROOT_INO, "", None, None, top)
         self.control = Dir(CONTROL_DIR_INO, CONTROL_DIR, self.root, None, None)
         index = Node(INDEX_INO, Kind.INDEX, INDEX_NAME, self.control, None, None)

@@ -181,15 +181,24 @@ def _nest_figures(bench: Any, src: str, n: int, first_run: bool) -> None:
         _mount_figures(bench, src, "ckptfs-scale-nest", ready, find, rss, listing if first_run else None, tree=True)
     finally:
         bench.args.ckptfs_arg.remove("--nest")
-    m = bench.mount_clist(listing, "clist-scale-nest")
+    floor_ready = _clist_figures(bench, listing, "clist-scale-nest", ready, find, rss)
+    res.fig("scale_nest_mount_over_clist", f"{ready.label}: beyond the C floor's mount ready", "s").add(
+        "ckptfs", ready.values["ckptfs"][-1] - floor_ready)
+
+
+def _clist_figures(bench: Any, listing: Any, tag: str, ready: Any, find: Any, rss: Any,
+                   low_level: bool = False) -> float:
+    """The C floor's (``low_level``: on the low-level API, side ``cll``) mount ready, ``find -ls`` and RSS showing the
+    entries of ``listing``; its mount ready, seconds."""
+    side = "cll" if low_level else "clist"
+    m = bench.mount_clist(listing, tag, low_level=low_level)
     try:
-        ready.add("clist", m.ready_s)
-        _find(bench, m, "clist", find)
-        add_rss(rss, "clist", m.pid)
+        ready.add(side, m.ready_s)
+        _find(bench, m, side, find)
+        add_rss(rss, side, m.pid)
     finally:
         bench.mounts.stop(m)
-    res.fig("scale_nest_mount_over_clist", f"{ready.label}: beyond the C floor's mount ready", "s").add(
-        "ckptfs", ready.values["ckptfs"][-1] - m.ready_s)
+    return m.ready_s
 
 
 def run(bench: Any) -> None:
@@ -223,24 +232,12 @@ def run(bench: Any) -> None:
             res.fig("scale_ls", f"ckptfs ls, {n} tensors", "s").add("ckptfs", cli_seconds(bench, "ls", src))
             res.fig("scale_info", f"ckptfs info, {n} tensors", "s").add(
                 "ckptfs", cli_seconds(bench, "info", src))
-            m = bench.mount_clist(listing, "cll-scale", low_level=True)
-            try:
-                ready.add("cll", m.ready_s)
-                _find(bench, m, "cll", find)
-                add_rss(rss, "cll", m.pid)
-            finally:
-                bench.mounts.stop(m)
-            m = bench.mount_clist(listing, "clist-scale")
-            try:
-                ready.add("clist", m.ready_s)
-                ready.add("floor", ready.values["cpickle"][-1] + m.ready_s)
-                _find(bench, m, "clist", find)
-                add_rss(rss, "clist", m.pid)
-            finally:
-                bench.mounts.stop(m)
+            _clist_figures(bench, listing, "cll-scale", ready, find, rss, low_level=True)
+            floor_ready = _clist_figures(bench, listing, "clist-scale", ready, find, rss)
+            ready.add("floor", ready.values["cpickle"][-1] + floor_ready)
             for figure in (ready, again):
                 res.fig(f"{figure.key}_over_clist", f"{figure.label}: beyond the C floor's mount ready", "s").add(
-                    "ckptfs", figure.values["ckptfs"][-1] - m.ready_s)
+                    "ckptfs", figure.values["ckptfs"][-1] - floor_ready)
             if nest:
                 _nest_figures(bench, src, n, run_i == 0)
         ready.add("torch", bench.torch.call(op="load", path=src, mmap=True)["seconds"])
