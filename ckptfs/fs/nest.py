@@ -90,10 +90,11 @@ def _folders(key: str, cut: int, groups: dict[str, Group], top: list[tuple[Key, 
     listing, start = top, 0
     while True:
         end = key.index(".", start)
-        group = groups.get(key[:end])
+        prefix = key[:end]
+        group = groups.get(prefix)
         if group is None:
             part = key[start:end]
-            group = groups[key[:end]] = Group(key[:end], [])
+            group = groups[prefix] = Group(prefix, [])
             listing.append((texts.setdefault(part, part), group))
         if end == cut:
             return group

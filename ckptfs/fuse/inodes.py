@@ -81,8 +81,9 @@ class InodeFS(CheckpointFS):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._kept = KeptFiles()
-        self._reply_buffers = threading.local()
         """Files of reads, by inode number."""
+        self._reply_buffers = threading.local()
+        """Each thread's buffer for listing replies (``_reply_buffer``)."""
         self._mirrored: dict[int, Node] = {}
         """The nodes below ``/.zarr`` handed to the kernel, by inode number."""
         self.no_open = self.no_opendir = False
