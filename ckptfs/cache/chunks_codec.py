@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ckptfs.cache.errors import BadEntry, NotCacheable
-from ckptfs.cache.layout import Sections, array
+from ckptfs.cache.layout import Sections, array, form_starts
 from ckptfs.errors import CorruptCheckpointError, NoSuchObjectError, SourceError
 from ckptfs.formats.dcp_tree import OVERLAP_CHECKED_CHUNKS, check_disjoint
 from ckptfs.model.records import Chunk, Tensor, contiguous_strides
@@ -66,10 +66,10 @@ def attach_chunks(sections: Sections, objs: list[Any], tensors: list[Tensor], so
     """The tensor each chunk belongs to, in chunk order."""
     files, transforms = (_strings(objs, array(sections, name, total)) for name in REFERENCE_COLUMNS)
     starts, lengths = (array(sections, name, total) for name in ("chunk_start", "chunk_length"))
-    ndim = array(sections, "tensor_ndim", len(tensors))
-    ranks = ndim[owner]
+    form, form_ndim = array(sections, "tensor_form", len(tensors)), array(sections, "form_ndim")
+    ranks = form_ndim[form[owner]]
     dims = array(sections, "chunk_dims", 2 * int(ranks.sum()))
-    _check_boxes(dims, ranks, owner, ndim, array(sections, "tensor_dims"))
+    _check_boxes(dims, ranks, form_starts(form_ndim)[form[owner]], array(sections, "form_dims"))
     _check_ranges(files, starts, lengths, source)
     cuts = np.cumsum(2 * ranks).tolist()
     dim_list, rank_list = dims.tolist(), ranks.tolist()
@@ -85,19 +85,17 @@ def attach_chunks(sections: Sections, objs: list[Any], tensors: list[Tensor], so
         _check_tensor(tensor)
 
 
-def _check_boxes(dims: np.ndarray, ranks: np.ndarray, owner: np.ndarray, ndim: np.ndarray,
-                 tensor_dims: np.ndarray) -> None:
+def _check_boxes(dims: np.ndarray, ranks: np.ndarray, shape_starts: np.ndarray, form_dims: np.ndarray) -> None:
     """Every box inside its tensor: ``0 <= offset``, ``0 <= size`` and ``offset + size <= dim`` for each
-    dimension (``dims`` holds each chunk's offsets then sizes; ``tensor_dims`` each tensor's shape then stride,
-    its bounds checked by ``records_codec``)."""
+    dimension (``dims`` holds each chunk's offsets then sizes; ``shape_starts`` where its tensor's shape starts in
+    ``form_dims``, whose bounds ``records_codec`` checked)."""
     if not len(dims):
         return
     chunk_of = np.repeat(np.arange(len(ranks)), ranks)
     within = np.arange(len(chunk_of)) - np.repeat(np.cumsum(ranks) - ranks, ranks)
     box_start = (np.cumsum(2 * ranks) - 2 * ranks)[chunk_of]
-    tensor_start = (np.cumsum(2 * ndim) - 2 * ndim)[owner[chunk_of]]
     offsets, sizes = dims[box_start + within], dims[box_start + ranks[chunk_of] + within]
-    whole = tensor_dims[tensor_start + within]
+    whole = form_dims[shape_starts[chunk_of] + within]
     if bool(np.any((offsets < 0) | (sizes < 0) | (offsets > whole) | (sizes > whole - offsets))):
         raise BadEntry("a chunk's box lies outside its tensor")
 

@@ -8,7 +8,7 @@ try:
 except ImportError:  # a Python built without its own blake2
     from hashlib import blake2b
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Raised whenever what an entry holds, or how, changes: an entry of another version is a miss."""
 
 

@@ -150,3 +150,8 @@ def checked_type(value: Any, kinds: tuple[type, ...], what: str) -> Any:
     if type(value) not in kinds:
         raise BadEntry(f"{what} is a {type(value).__name__}")
     return value
+
+
+def form_starts(ndim: np.ndarray) -> np.ndarray:
+    """Where each tensor form's shape starts in ``form_dims``, its stride following (``records_codec``)."""
+    return (np.cumsum(2 * ndim) - 2 * ndim).astype(np.int64)

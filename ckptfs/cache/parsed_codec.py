@@ -89,7 +89,8 @@ def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> Par
     listed = array(sections, "listed_storages")
     if len(listed) and (int(listed.min()) < 0 or int(listed.max()) >= len(storages)):
         raise BadEntry("a listed storage is not in the storage table")
-    listed_storages = [storages[i] for i in listed.tolist()]
+    listed_storages = (list(storages) if np.array_equal(listed, np.arange(len(storages)))
+                       else [storages[i] for i in listed.tolist()])
     if fmt == "legacy":
         return LegacyParsed(fmt, root, listed_storages, byteorder, details, source=source)
     if fmt == "pt2":

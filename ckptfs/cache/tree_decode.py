@@ -65,6 +65,7 @@ def decode_tree(sections: Sections, root_ref: int, source: ByteSource,
     if counts[Category.CONST] != len(CONSTANTS):
         raise BadEntry("the constants table has another size")
     objs += unpack_text(sections, "strings", counts[Category.STR])
+    strings = range(len(CONSTANTS), len(objs))
     objs += array(sections, "ints").tolist()
     objs += [int.from_bytes(b, "little", signed=True) for b in unpack_blob(sections, "bigints")]
     objs += floats(sections, "floats").tolist()
@@ -74,7 +75,7 @@ def decode_tree(sections: Sections, root_ref: int, source: ByteSource,
     objs += map(bytearray, unpack_blob(sections, "bytearrays"))
     if len(pairs) % 2 or np.cumsum(counts[: Category.STORAGE]).tolist()[-1] != len(objs):
         raise BadEntry("the value tables have other sizes than the entry says")
-    storages = decode_storages(sections, objs, counts[Category.STORAGE], source)
+    storages = decode_storages(sections, objs, counts[Category.STORAGE], source, strings)
     objs += storages
     tensors = decode_tensors(sections, objs, counts[Category.TENSOR], storages)
     attach_chunks(sections, objs, tensors, source)
@@ -96,9 +97,11 @@ def decode_tree(sections: Sections, root_ref: int, source: ByteSource,
         raise BadEntry("the build order is not one of every node")
     child_list = children.tolist()
     starts = [0, *ends[:-1]]
+    # Only a node with a node among its children can meet one not made yet.
+    with_nodes = set(np.searchsorted(ends, np.flatnonzero(children >= node_base), side="right").tolist())
     for index in order.tolist():
         values = list(map(objs.__getitem__, child_list[starts[index] : ends[index]]))
-        if UNBUILT in values:
+        if index in with_nodes and UNBUILT in values:
             raise BadEntry("a node refers to a tuple, frozenset or global made after it")
         made = _fill(kind_list[index], objs[node_base + index], values)
         if made is not None:

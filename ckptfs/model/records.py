@@ -140,6 +140,11 @@ class Storage(_Record):
     def record(self, record: str) -> None:
         self._record = record
 
+    @property
+    def stored_record(self) -> str:
+        """``record`` as this storage holds it: the whole text, or a ``RecordPrefix`` to put before ``key``."""
+        return self._record
+
 
 @dataclass(slots=True)
 class Quantization:
