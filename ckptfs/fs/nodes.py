@@ -50,12 +50,22 @@ def listing_plan(values: list[Any], views: Sequence[View]) -> array[int]:
     return plan
 
 
+class RowsPlan(array):  # type: ignore[type-arg]
+    """A plan in rows: each child followed by the views of the same ``slots`` (the first is 0, the child itself), so
+    that entry ``i`` is child ``i // len(slots)``'s ``slots[i % len(slots)]``. A window's entries of one slot are then
+    a slice of it, found without a pass over its codes (``Dir.listed_sizes``)."""
+
+    __slots__ = ("slots",)
+    slots: tuple[int, ...]
+
+
 def _rows_plan(count: int, slots: list[int]) -> array[int]:
     """``listing_plan`` of ``count`` tensors beside each of which the views of ``slots`` are shown: a column of the
     plan at a time (each child's codes a row)."""
     width = 1 + len(slots)
-    plan = array("I", [0]) * (count * width)
-    for column, slot in enumerate([0, *slots]):
+    plan = RowsPlan("I", array("I", [0]) * (count * width))
+    plan.slots = (0, *slots)
+    for column, slot in enumerate(plan.slots):
         plan[column::width] = array("I", range(slot, (count << SLOT_BITS) + slot, 1 << SLOT_BITS))
     return plan
 
@@ -196,6 +206,9 @@ class Dir(Node):
 
     def _sizes_grouped(self, first: int, last: int, by_slot: list[View | None],
                        size: Callable[[Node], int]) -> list[int]:
+        plan = self.plan
+        if type(plan) is RowsPlan:
+            return self._sizes_in_rows(plan.slots, first, last, by_slot, size)
         groups: dict[int, tuple[list[int], list[int]]] = {}
         codes = self.plan[first:last]
         for index, code in enumerate(codes):
@@ -210,7 +223,19 @@ class Dir(Node):
                 found[index] = made
         return found
 
-    def _slot_sizes(self, positions: list[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
+    def _sizes_in_rows(self, slots: tuple[int, ...], first: int, last: int, by_slot: list[View | None],
+                       size: Callable[[Node], int]) -> list[int]:
+        """``_sizes_grouped`` of a ``RowsPlan``: each slot's entries of the window a slice of it."""
+        width, last = len(slots), min(last, len(self.plan))
+        found = [0] * max(last - first, 0)
+        for column, slot in enumerate(slots):
+            start = first + (column - first) % width
+            if start < last:
+                positions = range(start // width, start // width + len(range(start, last, width)))
+                found[start - first :: width] = self._slot_sizes(positions, by_slot[slot], size)
+        return found
+
+    def _slot_sizes(self, positions: Sequence[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
         """The sizes of the children at ``positions`` (``view``: of that view of each)."""
         if isinstance(self.children, TensorChildren):
             return self.children.sizes(positions, view, size)
@@ -256,7 +281,7 @@ class TensorChildren(Sequence[Node]):
     def __len__(self) -> int:
         return len(self.names)
 
-    def sizes(self, positions: list[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
+    def sizes(self, positions: Sequence[int], view: View | None, size: Callable[[Node], int]) -> list[int]:
         """``Dir.listed_sizes``' sizes of the children at ``positions`` (``view``: of that view of each), a node made
         only for a link (its size is its target's path's length)."""
         firsts, values = self.firsts, self.values
@@ -308,7 +333,7 @@ _LINK_KINDS = [Kind.LINK] + [Kind.VIEW_LINK] * _SLOT_MASK
 """A child's kind (slot 0) and its views' by slot, for a child shown at its first place and for a link."""
 
 
-def _pick(items: Sequence[Node], positions: list[int]) -> list[Node]:
+def _pick(items: Sequence[Node], positions: Sequence[int]) -> list[Node]:
     """``[items[p] for p in positions]``, the loop in C."""
     if len(positions) == 1:
         return [items[positions[0]]]
