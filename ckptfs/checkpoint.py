@@ -49,6 +49,8 @@ class Checkpoint:
         self.writer: TensorWriter | None = None
         """Set by ``open_for_writing`` (``mode="r+"``)."""
         self._encoded: bytes | None | bool = False
+        self._unsaved: MetadataCache | None = None
+        """The metadata cache this parse is still to be written to (``open_checkpoint(save_later=True)``)."""
         self._collect_tensors(limits)
         hint_extents(source, ((s.offset, s.offset + s.nbytes) for s in self.storages
                               if s.source is source and s.offset >= 0 and not s.compressed))
@@ -211,6 +213,13 @@ class Checkpoint:
             self._encoded = encode_parse(self.source, self.limits, self._reader.parsed)
         return self._encoded  # type: ignore[return-value]
 
+    def save_parse(self) -> None:
+        """Writes the parse to the metadata cache, if it was opened with ``save_later`` and parsed (not read from the
+        cache); once."""
+        cache, self._unsaved = self._unsaved, None
+        if cache is not None:
+            cache.save(self.source, self.limits, self._reader.parsed, len(self.tensors))
+
     def close(self) -> None:
         try:
             if self.writer is not None:
@@ -231,14 +240,15 @@ class Checkpoint:
 def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = Limits(),
                     remote: RemoteOptions = RemoteOptions(),
                     cache_dir: str | os.PathLike[str] | None = None, mode: str = "r",
-                    parse: bytes | None = None) -> Checkpoint:
+                    parse: bytes | None = None, save_later: bool = False) -> Checkpoint:
     """Parses a checkpoint's metadata; no tensor data is read. ``path`` may be a URL (s3://, http(s)://, any
     fsspec URL), reached as ``remote`` says. With ``cache_dir``, the parse is kept there and the next open of
     the unchanged file, directory or object version reads it instead of the pickle (``ckptfs.cache``). ``mode="r+"``
     opens a local torch.save zip for ``Checkpoint.write`` too (NotWritableError saying why not). The cyclic
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
     of a parse. ``parse``: a ``Checkpoint.encoded_parse()`` of this source: used, instead of parsing, when it checks
-    for the source as it is now (``cache.decode_parse``)."""
+    for the source as it is now (``cache.decode_parse``). ``save_later``: a parse is written to the cache only by
+    ``Checkpoint.save_parse`` (a mount writes it once its daemon has forked, which then holds none of the writing)."""
     if mode not in ("r", "r+"):
         raise UnsupportedError(f"mode {mode!r}: expected 'r' or 'r+'", str(path))
     if hasattr(path, "read") and hasattr(path, "size"):
@@ -252,7 +262,7 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
             # Writing trusts no cached or carried parse: it needs every record's framing as the file holds it now.
             writing = mode == "r+"
             checkpoint = _open(source, limits, open_cache(None if writing else cache_dir),  # type: ignore[arg-type]
-                               None if writing else parse)
+                               None if writing else parse, save_later)
         if writing:
             try:
                 checkpoint.open_for_writing()
@@ -268,7 +278,8 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
         raise
 
 
-def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carried: bytes | None) -> Checkpoint:
+def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carried: bytes | None,
+          save_later: bool) -> Checkpoint:
     if carried is not None:
         decoded = decode_parse(carried, source, limits)
         if decoded is not None:
@@ -285,6 +296,7 @@ def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carri
                 cache.discard(source, limits)
     parsed = open_parsed(source, limits)
     checkpoint = Checkpoint(source, parsed, limits)
-    if cache is not None:
-        cache.save(source, limits, parsed, len(checkpoint.tensors))
+    checkpoint._unsaved = cache
+    if not save_later:
+        checkpoint.save_parse()
     return checkpoint

@@ -15,6 +15,7 @@ from ckptfs.cache.chunks_codec import encode_chunks
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.layout import DTYPE_LIST, Sections, array, dtype_code, form_starts
 from ckptfs.cache.tree_encode import TreeEncoder
+from ckptfs.model.dtypes import DType
 from ckptfs.model.rebuild import MAX_ELEMENTS, MAX_RANK
 from ckptfs.model.records import Quantization, RecordPrefix, Storage, Tensor
 from ckptfs.sources import ByteSource
@@ -48,11 +49,11 @@ def encode_records(encoder: TreeEncoder) -> Sections:
     forms: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     tensor_form = [forms.setdefault((t.shape, t.stride), len(forms)) for t in tensors]
     columns: dict[str, Any] = {
-        "storage_key": [ref(s.key) for s in storages],
-        "storage_dtype": [dtype_code(s.dtype) for s in storages],
-        "storage_location": [ref(s.location) for s in storages],
+        "storage_key": encoder.refs([s.key for s in storages]),
+        "storage_dtype": _dtype_codes([s.dtype for s in storages]),
+        "storage_location": encoder.refs([s.location for s in storages]),
         "storage_numel": [s.numel for s in storages],
-        "storage_record": [ref(str(s.stored_record)) for s in storages],
+        "storage_record": encoder.refs(_texts([s.stored_record for s in storages])),
         "storage_offset": [s.offset for s in storages],
         "storage_size": [s.size for s in storages],
         "storage_flags": [(s.byteorder == "big") * BIG_ENDIAN | s.compressed * COMPRESSED | s.written * WRITTEN
@@ -61,7 +62,7 @@ def encode_records(encoder: TreeEncoder) -> Sections:
         "storage_inline": [-1 if s.inline_data is None else ref(s.inline_data) for s in storages],
         "storage_base": [-1 if s.base is None else storage_index[id(s.base)] for s in storages],
         "storage_base_offset": [s.base_offset for s in storages],
-        "tensor_dtype": [dtype_code(t.dtype) for t in tensors],
+        "tensor_dtype": _dtype_codes([t.dtype for t in tensors]),
         "tensor_storage": [-1 if t.storage is None else storage_index[id(t.storage)] for t in tensors],
         "tensor_offset": [t.storage_offset for t in tensors],
         "tensor_form": tensor_form,
@@ -79,6 +80,21 @@ def encode_records(encoder: TreeEncoder) -> Sections:
                  "tensor_quantization", *CHUNK_REFERENCES):
         out[name] = np.where(out[name] < 0, -1, encoder.globalize(np.maximum(out[name], 0))).astype(np.int64)
     return out
+
+
+def _texts(records: list[str]) -> list[str]:
+    """Records as plain strings, a ``RecordPrefix`` shared by many storages made one string once."""
+    ids = list(map(id, records))
+    texts = {number: str(record) for number, record in dict(zip(ids, records)).items()}
+    return list(map(texts.__getitem__, ids))
+
+
+def _dtype_codes(dtypes: list[DType]) -> list[int]:
+    """``[dtype_code(d) for d in dtypes]``, each distinct dtype looked up once (by identity: a dtype's own hash is
+    Python code)."""
+    ids = list(map(id, dtypes))
+    codes = {number: dtype_code(dtype) for number, dtype in dict(zip(ids, dtypes)).items()}
+    return list(map(codes.__getitem__, ids))
 
 
 def decode_storages(sections: Sections, objs: list[Any], count: int, source: ByteSource,

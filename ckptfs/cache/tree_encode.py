@@ -89,6 +89,14 @@ class TreeEncoder:
             raise NotCacheable(f"a {kind.__name__} in the tree")
         return _pack(self._node(value, node_kind), Category.NODE)
 
+    def refs(self, values: list[Any]) -> list[int]:
+        """``[self.ref(value) for value in values]``; a column of strings (keys, locations, records) in one pass."""
+        if set(map(type, values)) != {str}:
+            return [self.ref(value) for value in values]
+        table, category = self.strings, Category.STR
+        intern = table.setdefault  # its default, the table's length before the call, is a new string's index
+        return [(intern(value, len(table)) << CATEGORY_BITS) | category for value in values]
+
     def storage(self, storage: Storage) -> int:
         index = self.storages.get(id(storage))
         if index is None:

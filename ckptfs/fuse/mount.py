@@ -86,9 +86,11 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         serve(notify)
 
     if options.foreground:
+        checkpoint.save_parse()
         _serve_in_foreground(serve, log_fd, options.debug)
     else:
-        _run_detached(serve_forked, target, log_fd, options.debug)
+        # The parse is written to the cache while the daemon starts: the daemon, forked first, holds none of it.
+        _run_detached(serve_forked, target, log_fd, options.debug, meanwhile=checkpoint.save_parse)
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
@@ -100,7 +102,7 @@ def _parse(source: str, limits: Limits, remote: RemoteOptions, cache_dir: Path |
            options: MountOptions) -> tuple[Checkpoint, Layout]:
     with gc_paused():
         checkpoint = open_checkpoint(source if is_url(source) else os.path.abspath(source), limits, remote,
-                                     cache_dir, mode="r+" if options.rw else "r")
+                                     cache_dir, mode="r+" if options.rw else "r", save_later=True)
         try:
             shown = checkpoint.as_state_dict() if options.state_dict else checkpoint
             layout = Layout(shown, views=options.views, nest=options.nest, zarr_chunk=options.zarr_chunk)
@@ -195,7 +197,9 @@ def raise_read_ahead(device: int) -> None:
 # -- the detached daemon ------------------------------------------------------------
 
 
-def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool) -> None:
+def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool,
+                  meanwhile: Callable[[], None]) -> None:
+    """Forks the daemon, runs ``meanwhile`` while it starts, and returns once it serves; else raises MountError."""
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:
@@ -204,17 +208,27 @@ def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | No
     os.close(write_end)
     os.waitpid(pid, 0)
     try:
+        try:
+            meanwhile()
+        except BaseException:  # Ctrl-C while the cache is written: the mount the daemon makes is not left behind
+            _wait_ready(read_end)
+            _unmount_if_mounted(target)
+            raise
         output, ready = _wait_ready(read_end)
     finally:
         os.close(read_end)
     if ready:
         return
+    _unmount_if_mounted(target)
+    lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
+    raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
+
+
+def _unmount_if_mounted(target: str) -> None:
     if target in mount_points():
         from ckptfs.fuse.unmount import run_unmount  # here: it imports subprocess, which a mount does without
 
         run_unmount(target, lazy=True)
-    lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
-    raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
 
 
 def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debug: bool) -> NoReturn:

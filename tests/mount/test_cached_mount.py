@@ -10,7 +10,7 @@ from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 from remote_servers import Nginx, nginx  # noqa: F401  (fixture)
 
 import ckptfs.cache
-from mount.helpers import Mounter, run_cli
+from mount.helpers import Mounter, daemon_pids, run_cli
 
 
 def files(mnt: Path) -> dict[str, bytes]:
@@ -37,6 +37,20 @@ def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path
     served = files(again)
     assert served == parsed
     assert ".ckptfs/index.json" in served and len(served) > 2 * ckptfs.cache.MIN_TENSORS
+
+
+@pytest.mark.usefixtures("small_zips_cached")
+def test_a_first_mount_writes_its_entry_before_it_returns_and_its_daemon_holds_none_of_the_writing(
+        mounter: Mounter, tmp_path: Path) -> None:
+    """The entry is encoded (with numpy) by the command while its daemon starts, not before the daemon forks."""
+    source = save_many(tmp_path / "many.pt", ckptfs.cache.MIN_TENSORS + 10)
+    cache = tmp_path / "cache"
+    mnt = mounter(source, "--cache-dir", str(cache))
+    assert len(list((cache / "metadata").glob("*.ckm"))) == 1
+    (daemon,) = daemon_pids(mnt)
+    mapped = Path(f"/proc/{daemon}/maps").read_text()
+    assert "libfuse3" in mapped and "numpy" not in mapped
+    assert len(os.listdir(mnt)) > 2 * ckptfs.cache.MIN_TENSORS
 
 
 def test_a_repeat_mount_of_a_url_is_one_get_and_serves_the_same_files(nginx: Nginx, mounter: Mounter,  # noqa: F811
