@@ -44,6 +44,7 @@ from operator import methodcaller
 from typing import Any
 
 from ckptfs.model.encoding import encode_key
+from ckptfs.model.jsontext import text_chunks
 from ckptfs.model.records import Key
 
 CONTROL_DIR = ".ckptfs"
@@ -53,8 +54,6 @@ ROOT_VALUE_NAME = "%root"
 MAX_NAME_BYTES = 240
 CUT_NAME_BYTES = 200
 HASH_DIGITS = 16
-CHECKED_KEYS = 1 << 14
-"""Keys whose text is checked for escapes at a time (``child_names`` of many plain keys)."""
 
 
 _ESCAPED_CHARS = "[%/\x00-\x1f\x7f\ud800-\udfff]"
@@ -112,8 +111,8 @@ def _plain_names(keys: list[Key]) -> list[str] | None:
     200,000 tensors' names)."""
     if not keys or set(map(type, keys)) != {str} or not min(map(len, keys)):
         return None
-    for first in range(0, len(keys), CHECKED_KEYS):  # a chunk at a time: 200,000 keys' text at once is ~16 MB
-        text = "".join(keys[first : first + CHECKED_KEYS])  # type: ignore[arg-type]
+    for chunk in text_chunks(len(keys)):
+        text = "".join(keys[chunk])  # type: ignore[arg-type]
         if text.encode("ascii").translate(None, _PLAIN_ASCII) if text.isascii() else _ESCAPED_CHAR.search(text):
             return None
     if any(map(_STARTS_WITH_DOT, keys)) or any(map(_ENDS_RESERVED, keys)):

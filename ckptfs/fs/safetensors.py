@@ -34,7 +34,7 @@ from ckptfs.fs.places import DictPairs
 from ckptfs.fs.pieces import Literal, Piece, tensor_pieces
 from ckptfs.model.dtypes import DType
 from ckptfs.model.encoding import key_text
-from ckptfs.model.jsontext import ascending_decimal_length
+from ckptfs.model.jsontext import ascending_decimal_length, text_chunks
 from ckptfs.model.records import Key, NestedTensor, SparseTensor, Tensor
 from ckptfs.model.tree import is_container
 from ckptfs.reading.extents import Extent
@@ -199,8 +199,8 @@ def _add_all(keys: list[str], tensors: list[Any], prefix: str, distinct: bool, f
     if not distinct and len(set(names)) != len(names) or not seen.isdisjoint(names):
         return False
     try:
-        for first in range(0, len(names), COUNTED_MEMBERS):
-            "".join(names[first : first + COUNTED_MEMBERS]).encode("utf-8")
+        for chunk in text_chunks(len(names)):
+            "".join(names[chunk]).encode("utf-8")
     except UnicodeEncodeError:
         return False
     seen.add_all(names)
@@ -266,9 +266,6 @@ def _all_utf8(left_out: list[LeftOut]) -> bool:
 _MEMBER = ',{name}:{{"dtype":"{dtype}","shape":[{shape}],"data_offsets":[{start},{end}]}}'
 """A member's entry in the header (``name``: its JSON text)."""
 _MEMBER_FIXED = len(_MEMBER.format(name="", dtype="", shape="", start="", end=""))
-COUNTED_MEMBERS = 1 << 14
-"""Members whose entries' length is counted at a time: a whole directory's names' text and offsets at once are ~30 MiB
-of a daemon's peak for 200,000 tensors."""
 
 
 def _safetensors_shape(tensor: Tensor) -> list[int]:
@@ -312,9 +309,9 @@ class SafetensorsFile:
         texts: list[int] = []
         sizes: list[int] = []
         length = total = 0
-        for first in range(0, len(self.tensors), COUNTED_MEMBERS):
+        for chunk in text_chunks(len(self.tensors)):  # a chunk at a time, this loop's lists and texts too
             ids = []
-            for tensor in self.tensors[first : first + COUNTED_MEMBERS]:
+            for tensor in self.tensors[chunk]:
                 key = (tensor.dtype.name, tensor.shape)
                 family = families.get(key)
                 if family is None:
@@ -324,7 +321,7 @@ class SafetensorsFile:
                     sizes.append(tensor.nbytes)
                 ids.append(family)
             # JSON escapes a name a character at a time: the names' texts are as long as the text of them all joined.
-            names = "".join(self.names[first : first + COUNTED_MEMBERS])
+            names = "".join(self.names[chunk])
             length += (_MEMBER_FIXED + 2) * len(ids) + len(json.dumps(names, ensure_ascii=False).encode("utf-8")) - 2
             length += sum(map(texts.__getitem__, ids))
             offsets = list(accumulate(map(sizes.__getitem__, ids), initial=total))

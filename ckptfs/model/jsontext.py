@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from json import encoder as _encoder
 from typing import Any, Callable
 
@@ -67,15 +67,21 @@ def ascending_decimal_length(values: Sequence[int]) -> int:
     return total
 
 
-PLAIN_CHUNK = 1 << 14
-"""Texts ``plain_lengths`` checks at once: 200,000 keys' text joined is ~7 MB of a daemon's peak."""
+TEXT_CHUNK = 1 << 14
+"""Texts joined at once where many are checked or counted in one pass (``text_chunks``): 200,000 keys' text joined
+at once is 7-16 MB of a daemon's peak, their names and offsets in a ``model.safetensors`` header ~30 MiB."""
+
+
+def text_chunks(count: int) -> Iterator[slice]:
+    """Slices of ``count`` texts, ``TEXT_CHUNK`` at a time: what a pass over many texts joins at once."""
+    return (slice(first, first + TEXT_CHUNK) for first in range(0, count, TEXT_CHUNK))
 
 
 def plain_lengths(texts: list[str]) -> list[int] | None:
     """``[len(quote(t)) for t in texts]`` when no text needs an escape (each is then its own characters in
-    quotes), found in one pass over them all (``PLAIN_CHUNK`` at a time); None when some does."""
-    for first in range(0, len(texts), PLAIN_CHUNK):
-        joined = "".join(texts[first : first + PLAIN_CHUNK])
+    quotes), found in one pass over them all (a chunk at a time: ``text_chunks``); None when some does."""
+    for chunk in text_chunks(len(texts)):
+        joined = "".join(texts[chunk])
         # quote escapes what is outside " " to "~" (isprintable, for ASCII), and the quote and the backslash.
         if not (joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined):
             return None

@@ -15,7 +15,8 @@ from corpus import save_zip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ckptfs.cache.records_codec as records_codec
+from cache.helpers import entries
+from ckptfs.cache import records_codec
 from ckptfs.cache.errors import BadEntry
 from ckptfs.cache.parsed_codec import decode_parsed, encode_parsed
 from ckptfs.checkpoint import open_checkpoint
@@ -24,8 +25,6 @@ from ckptfs.limits import Limits
 from ckptfs.model.rebuild import MAX_ELEMENTS
 from ckptfs.model.records import RecordPrefix
 from ckptfs.sources import LocalFileSource
-
-from cache.helpers import entries
 
 
 def test_tensors_of_one_form_share_its_tuples_and_records_keep_their_prefix(tmp_path: Path, cache_dir: Path) -> None:

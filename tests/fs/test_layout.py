@@ -33,10 +33,10 @@ from ckptfs.fs.names import (
     key_of_name,
 )
 from ckptfs.fs.nodes import Dir, Kind, Node
-from ckptfs.fs import names as names_module
 from ckptfs.fs.places import Places
 from ckptfs.fs.sidecar import SidecarMaker
 from ckptfs.fs.views import SIDECAR_SUFFIX, VIEW_NAMES
+from ckptfs.model import jsontext
 from ckptfs.model.encoding import encode_key, encode_leaf
 from ckptfs.model.records import NestedTensor, SparseTensor, Storage, Tensor
 from ckptfs.model.tree import children
@@ -104,9 +104,9 @@ def test_str_keys_are_named_in_bulk_as_one_by_one(keys: list[str]) -> None:
     """A container of str keys only (a state dict) is named a column at a time, its text checked a chunk at a
     time: the names each key has alone."""
     expected = [entry_name(key) for key in keys]
-    for checked in (1, 3, names_module.CHECKED_KEYS):
+    for checked in (1, 3, jsontext.TEXT_CHUNK):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(names_module, "CHECKED_KEYS", checked)
+            patch.setattr(jsontext, "TEXT_CHUNK", checked)
             assert child_names(keys) == child_names(keys, distinct=True) == expected
 
 

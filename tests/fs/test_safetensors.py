@@ -23,8 +23,9 @@ from ckptfs.fs.nodes import Kind
 from ckptfs.fs.pieces import SourceBytes, TensorBytes, piece_bytes
 from ckptfs.fs import safetensors as safetensors_view
 from ckptfs.fs.safetensors import Tree as MemberTree
-from ckptfs.fs.safetensors import COUNTED_MEMBERS, DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name, members
+from ckptfs.fs.safetensors import DTYPE_NAMES, LeftOut, Members, SafetensorsFile, key_name, members
 from ckptfs.limits import Limits
+from ckptfs.model import jsontext
 from ckptfs.model.dtypes import DTYPES
 from ckptfs.model.encoding import has_surrogates
 from ckptfs.model.records import Storage, Tensor, contiguous_strides
@@ -156,7 +157,7 @@ _dims = st.lists(st.integers(0, 1 << 40) | st.integers(0, 12), max_size=4).map(t
 @given(members=st.lists(st.tuples(_names, st.sampled_from(sorted(DTYPE_NAMES) + ["float4_e2m1fn_x2"]), _dims),
                         max_size=30, unique_by=lambda member: member[0]),
        left_out=st.lists(st.tuples(_names, st.sampled_from(["quantized", "no data"])), max_size=3),
-       source=_names, counted=st.sampled_from([1, 2, 5, COUNTED_MEMBERS]))
+       source=_names, counted=st.sampled_from([1, 2, 5, jsontext.TEXT_CHUNK]))
 def test_header_length_is_computed_without_the_header(members: list[tuple[str, str, tuple[int, ...]]],
                                                        left_out: list[tuple[str, str]], source: str,
                                                        counted: int) -> None:
@@ -166,7 +167,7 @@ def test_header_length_is_computed_without_the_header(members: list[tuple[str, s
     found = [(name, _record(dtype, shape)) for name, dtype, shape in members
              if name != "__metadata__" and (shape or dtype != "float4_e2m1fn_x2")]  # as ``members`` leaves out
     left = [LeftOut(*item) for item in left_out]
-    with mock.patch.object(safetensors_view, "COUNTED_MEMBERS", counted):
+    with mock.patch.object(jsontext, "TEXT_CHUNK", counted):
         made = SafetensorsFile(Members([n for n, _ in found], [t for _, t in found]), left, source, 1 << 30)
     data_length = sum(tensor.nbytes for _, tensor in found)
     assert made.size == made.header_length + data_length

@@ -16,8 +16,8 @@ _PLAIN = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E, blacklist
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(st.one_of(_PLAIN, st.text(max_size=4)), max_size=10), chunk=st.sampled_from([1, 3, 1 << 14]))
 def test_plain_lengths_are_the_quoted_lengths_or_none(texts: list[str], chunk: int) -> None:
-    """Whatever chunk the texts are checked in (``PLAIN_CHUNK``): an escape in any chunk is found."""
-    with mock.patch.object(jsontext, "PLAIN_CHUNK", chunk):
+    """Whatever chunk the texts are checked in (``TEXT_CHUNK``): an escape in any chunk is found."""
+    with mock.patch.object(jsontext, "TEXT_CHUNK", chunk):
         found = plain_lengths(texts)
     if found is None:
         assert any(quote(text) != f'"{text}"' for text in texts)
