@@ -28,6 +28,7 @@ from ckptfs.formats.legacy import LegacyParsed
 from ckptfs.formats.pt2 import Pt2Parsed
 from ckptfs.formats.zip_archive import DEFLATED, LOCAL_HEADER, STORED, U16, ZipArchive, ZipEntry
 from ckptfs.formats.zip_checkpoint import ZipParsed
+from ckptfs.formats.zip_records import ZipRecords
 from ckptfs.limits import Limits
 from ckptfs.model.records import Storage
 from ckptfs.sources import ByteSource, SourceSet
@@ -45,16 +46,7 @@ def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
     listed = [encoder.storage(s) for s in parsed.storages]
     root = encoder.encode(parsed.root)
     sections = encode_records(encoder)
-    zip_columns: dict[str, list[int]] = {f: [] for f in ZIP_FIELDS}
-    for storage in encoder.storage_list:
-        entry = None
-        if archive is not None and storage.source is not None:
-            entry = archive.entries.get(archive.prefix + storage.record)
-            embedded = entry is None and type(parsed) is Pt2Parsed and not storage.compressed
-            if (entry is None and not embedded) or (entry is not None and entry.data_offset != storage.offset):
-                raise NotCacheable(f"storage {storage.key!r} has no zip record at its offset")
-        for field in ZIP_FIELDS:
-            zip_columns[field].append(-1 if entry is None else getattr(entry, field))
+    zip_columns = _zip_columns(parsed, encoder.storage_list)
     details = parsed.details
     if not all(type(k) is str and _is_detail(v) for k, v in details.items()):
         raise NotCacheable("format details other than strings, integers, flags and lists of strings")
@@ -68,6 +60,34 @@ def encode_parsed(parsed: ParsedCheckpoint, source: ByteSource) -> Sections:
         "listed_storages": np.asarray(listed, dtype=np.int64),
         "meta": json.dumps(meta, ensure_ascii=False).encode("utf-8", "surrogatepass"),
     }
+
+
+def _zip_columns(parsed: ParsedCheckpoint, storages: list[Storage]) -> dict[str, list[int]]:
+    """Each storage's zip record's ``ZIP_FIELDS`` (-1 for a storage with none: in the pickle, a legacy file, a .pt2's
+    embedded archive), each record checked to hold the storage's bytes where the parse found them."""
+    archive = parsed.archive if isinstance(parsed, ZipParsed) else None
+    records = None if archive is None else archive.entries
+    if type(parsed) is ZipParsed and isinstance(records, ZipRecords):  # a torch.save zip's: no entry made for each
+        assert archive is not None
+        prefix, row = archive.prefix, records.row
+        rows = [-1 if s.source is None else row(prefix + s.record) for s in storages]
+        if None in rows:
+            raise NotCacheable("a storage has no zip record")
+        *columns, data_offsets = records.fields_at(rows, (*ZIP_FIELDS, "data_offset"))  # type: ignore[arg-type]
+        if data_offsets != [-1 if s.source is None else s.offset for s in storages]:
+            raise NotCacheable("a storage's zip record is not at its offset")
+        return dict(zip(ZIP_FIELDS, columns))
+    zip_columns: dict[str, list[int]] = {f: [] for f in ZIP_FIELDS}
+    for storage in storages:
+        entry = None
+        if archive is not None and storage.source is not None:
+            entry = archive.entries.get(archive.prefix + storage.record)
+            embedded = entry is None and type(parsed) is Pt2Parsed and not storage.compressed
+            if (entry is None and not embedded) or (entry is not None and entry.data_offset != storage.offset):
+                raise NotCacheable(f"storage {storage.key!r} has no zip record at its offset")
+        for field in ZIP_FIELDS:
+            zip_columns[field].append(-1 if entry is None else getattr(entry, field))
+    return zip_columns
 
 
 def decode_parsed(sections: Sections, source: ByteSource, limits: Limits) -> ParsedCheckpoint:

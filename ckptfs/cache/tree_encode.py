@@ -9,6 +9,7 @@ format that is not cached, a cycle through a tuple) raises :class:`NotCacheable`
 from __future__ import annotations
 
 import struct
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from ckptfs.cache.layout import (
 from ckptfs.model.records import Quantization, Storage, Tensor
 from ckptfs.sources import ByteSource
 
+_QUANTIZATION = attrgetter("quantization")
 INT64_MIN = -(1 << 63)
 INT64_END = 1 << 63
 
@@ -142,6 +144,11 @@ class TreeEncoder:
         while self._pending or stack:
             if self._pending:
                 index, value = self._pending.pop()
+                leaves = self._state_dict_refs(value) if self.node_kinds[index] == Kind.DICT else None
+                if leaves is not None:  # no container among its children: made at once
+                    self.node_children[index] = leaves
+                    self.build_order.append(index)
+                    continue
                 stack.append((index, _fields(value, self.node_kinds[index]), 0))
                 continue
             index, fields, at = stack.pop()
@@ -156,6 +163,16 @@ class TreeEncoder:
                 self._immutable_open.discard(index)
                 self.build_order.append(index)
         return root_ref
+
+    def _state_dict_refs(self, value: dict[Any, Any]) -> list[int] | None:
+        """The references of a dict's keys and values, in ``_fields``' order, where its keys are strings and its
+        values tensors without a quantization (a state dict's), in bulk; else None."""
+        keys, tensors = list(value), list(value.values())
+        if set(map(type, keys)) != {str} or set(map(type, tensors)) != {Tensor} or any(map(_QUANTIZATION, tensors)):
+            return None
+        tensor, category = self.tensor, Category.TENSOR
+        tensor_refs = [(tensor(t) << CATEGORY_BITS) | category for t in tensors]
+        return [ref for pair in zip(self.refs(keys), tensor_refs) for ref in pair]
 
     # -- the tables as sections ---------------------------------------------------------------------------------
 

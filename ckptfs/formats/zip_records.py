@@ -135,6 +135,17 @@ class ZipRecords(Mapping[str, ZipEntry]):
         (``storage_fields`` of many storages, indexed without a tuple or an int kept per storage)."""
         return self._row_of_number, self._size, self._method, self._crc
 
+    def fields_at(self, rows: Sequence[int], fields: Sequence[str]) -> list[list[int]]:
+        """Of each named ``ZipEntry`` field (``data_offset`` too), its values at ``rows`` (-1 where a row is -1): the
+        entries' fields as columns, without an entry made for each (a metadata cache entry's)."""
+        columns = {"header_offset": self._header, "method": self._method, "flags": self._flags,
+                   "compressed_size": self._csize, "size": self._size, "crc": self._crc, "data_offset": self._data_offset}
+        found = []
+        for field in fields:
+            column = columns[field]
+            found.append([column[row] if row >= 0 else -1 for row in rows])
+        return found
+
     def resolve_storages(self, rows: Sequence[int], alignment: int,
                          read_offset: Callable[[ZipEntry], int]) -> list[int]:
         """The data offset of each of ``rows``, kept: computed by torch's rule where the directory shows its layout,
