@@ -213,6 +213,11 @@ class Checkpoint:
             self._encoded = encode_parse(self.source, self.limits, self._reader.parsed)
         return self._encoded  # type: ignore[return-value]
 
+    @property
+    def parse_unsaved(self) -> bool:
+        """Whether ``save_parse`` has a parse to write."""
+        return self._unsaved is not None
+
     def save_parse(self) -> None:
         """Writes the parse to the metadata cache, if it was opened with ``save_later`` and parsed (not read from the
         cache); once."""
@@ -248,7 +253,7 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
     of a parse. ``parse``: a ``Checkpoint.encoded_parse()`` of this source: used, instead of parsing, when it checks
     for the source as it is now (``cache.decode_parse``). ``save_later``: a parse is written to the cache only by
-    ``Checkpoint.save_parse`` (a mount writes it once its daemon has forked, which then holds none of the writing)."""
+    ``Checkpoint.save_parse`` (a mount writes it from a process of its own once it is mounted)."""
     if mode not in ("r", "r+"):
         raise UnsupportedError(f"mode {mode!r}: expected 'r' or 'r+'", str(path))
     if hasattr(path, "read") and hasattr(path, "size"):

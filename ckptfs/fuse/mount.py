@@ -86,11 +86,11 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         serve(notify)
 
     if options.foreground:
-        checkpoint.save_parse()
+        _save_detached(checkpoint)
         _serve_in_foreground(serve, log_fd, options.debug)
     else:
-        # The parse is written to the cache while the daemon starts: the daemon, forked first, holds none of it.
-        _run_detached(serve_forked, target, log_fd, options.debug, meanwhile=checkpoint.save_parse)
+        _run_detached(serve_forked, target, log_fd, options.debug)
+        _save_detached(checkpoint)
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
@@ -197,9 +197,30 @@ def raise_read_ahead(device: int) -> None:
 # -- the detached daemon ------------------------------------------------------------
 
 
-def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool,
-                  meanwhile: Callable[[], None]) -> None:
-    """Forks the daemon, runs ``meanwhile`` while it starts, and returns once it serves; else raises MountError."""
+def _save_detached(checkpoint: Checkpoint) -> None:
+    """Writes a parse the metadata cache does not hold yet from a process of its own, detached and niced: the mount
+    does not wait for it (writing costs about as much as the parse) and its daemon holds none of it. The kernel and
+    the daemon take turns during the first listing, which leaves the writer a core."""
+    if not checkpoint.parse_unsaved:
+        return
+    pid = _fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if _fork() == 0:
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                os.nice(19)
+                checkpoint.source.reopen()
+                checkpoint.save_parse()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool) -> None:
+    """Forks the daemon and returns once it serves; else raises MountError."""
     read_end, write_end = os.pipe()
     pid = _fork()
     if pid == 0:
@@ -208,27 +229,17 @@ def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | No
     os.close(write_end)
     os.waitpid(pid, 0)
     try:
-        try:
-            meanwhile()
-        except BaseException:  # Ctrl-C while the cache is written: the mount the daemon makes is not left behind
-            _wait_ready(read_end)
-            _unmount_if_mounted(target)
-            raise
         output, ready = _wait_ready(read_end)
     finally:
         os.close(read_end)
     if ready:
         return
-    _unmount_if_mounted(target)
-    lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
-    raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
-
-
-def _unmount_if_mounted(target: str) -> None:
     if target in mount_points():
         from ckptfs.fuse.unmount import run_unmount  # here: it imports subprocess, which a mount does without
 
         run_unmount(target, lazy=True)
+    lines = [line.strip() for line in output.decode("utf-8", "replace").splitlines() if line.strip()]
+    raise MountError("; ".join(lines[-2:]) or f"{target}: the mount daemon exited before the mount was ready")
 
 
 def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debug: bool) -> NoReturn:
