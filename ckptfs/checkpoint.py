@@ -215,7 +215,7 @@ class Checkpoint:
 
     @property
     def parse_unsaved(self) -> bool:
-        """Whether ``save_parse`` has a parse to write."""
+        """Whether ``save_parse`` has a parse to write (one the cache keeps: not a small one)."""
         return self._unsaved is not None
 
     def save_parse(self) -> None:
@@ -301,7 +301,8 @@ def _open(source: ByteSource, limits: Limits, cache: MetadataCache | None, carri
                 cache.discard(source, limits)
     parsed = open_parsed(source, limits)
     checkpoint = Checkpoint(source, parsed, limits)
-    checkpoint._unsaved = cache
+    if cache is not None and cache.keeps(source, parsed, len(checkpoint.tensors)):
+        checkpoint._unsaved = cache
     if not save_later:
         checkpoint.save_parse()
     return checkpoint

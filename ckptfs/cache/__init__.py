@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ckptfs.cache.entry_key import CACHED_FORMATS
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.cache.source_keys import source_key
 from ckptfs.cache.store import MetadataStore
@@ -55,14 +56,17 @@ class MetadataCache:
             self.store.discard(key)
         return parsed
 
+    @staticmethod
+    def keeps(source: ByteSource, parsed: ParsedCheckpoint, tensors: int) -> bool:
+        """Whether ``save`` writes an entry for this parse, unless the file changes meanwhile: not for a small one,
+        nor one of another format."""
+        return (tensors >= min_tensors(parsed.format, type(source) is LocalFileSource)
+                and parsed.format in CACHED_FORMATS)
+
     def save(self, source: ByteSource, limits: Limits, parsed: ParsedCheckpoint, tensors: int) -> None:
         """Caches a parse (one that made a Checkpoint), unless it is small, of another format, or the file changed
         while it was parsed."""
-        if tensors < min_tensors(parsed.format, type(source) is LocalFileSource):
-            return
-        from ckptfs.cache.parsed_codec import CACHED_FORMATS
-
-        if parsed.format not in CACHED_FORMATS:
+        if not self.keeps(source, parsed, tensors):
             return
         key = source_key(source, limits)
         data = None if key is None else _encode(key, source, parsed)
@@ -99,7 +103,7 @@ def decode_parse(data: bytes, source: ByteSource, limits: Limits) -> ParsedCheck
 
 def _encode(key: str, source: ByteSource, parsed: ParsedCheckpoint) -> bytes | None:
     from ckptfs.cache.entry_file import encode_entry  # numpy: imported when there is an entry to write
-    from ckptfs.cache.parsed_codec import CACHED_FORMATS, encode_parsed
+    from ckptfs.cache.parsed_codec import encode_parsed
 
     if parsed.format not in CACHED_FORMATS:
         return None

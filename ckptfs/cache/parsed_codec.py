@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptfs.cache.entry_key import CACHED_FORMATS
 from ckptfs.cache.errors import BadEntry, NotCacheable
 from ckptfs.errors import CorruptCheckpointError
 from ckptfs.cache.layout import Sections, array, blob
@@ -33,7 +34,6 @@ from ckptfs.limits import Limits
 from ckptfs.model.records import Storage
 from ckptfs.sources import ByteSource, SourceSet
 
-CACHED_FORMATS = ("zip", "torchscript", "legacy", "dcp", "pt2")
 ZIP_FIELDS = ("header_offset", "method", "flags", "compressed_size", "crc")
 DETAIL_TYPES = (str, int, bool, type(None))
 
