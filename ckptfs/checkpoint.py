@@ -6,6 +6,7 @@ import copy
 import os
 from typing import TYPE_CHECKING, Any, Iterator
 
+from ckptfs.background import run_in_background
 from ckptfs.cache import MetadataCache, decode_parse, encode_parse, open_cache
 from ckptfs.errors import CkptfsError, LimitExceededError, NotWritableError, UnsupportedError
 from ckptfs.formats.detect import open_parsed
@@ -225,6 +226,19 @@ class Checkpoint:
         if cache is not None:
             cache.save(self.source, self.limits, self._reader.parsed, len(self.tensors))
 
+    def save_parse_in_background(self) -> None:
+        """``save_parse`` from a process of its own, detached and niced, that the caller does not wait for: writing
+        an entry costs about as much as the parse, and a mount or a listing is done without it."""
+        if self._unsaved is None:
+            return
+
+        def save() -> None:
+            self.source.reopen()  # what a source cannot share across a fork is made anew
+            self.save_parse()
+
+        run_in_background(save)
+        self._unsaved = None
+
     def close(self) -> None:
         try:
             if self.writer is not None:
@@ -253,7 +267,8 @@ def open_checkpoint(path: str | os.PathLike[str] | ByteSource, limits: Limits = 
     garbage collector is paused meanwhile: its passes over the records being made, which all live on, cost 10-12%
     of a parse. ``parse``: a ``Checkpoint.encoded_parse()`` of this source: used, instead of parsing, when it checks
     for the source as it is now (``cache.decode_parse``). ``save_later``: a parse is written to the cache only by
-    ``Checkpoint.save_parse`` (a mount writes it from a process of its own once it is mounted)."""
+    ``Checkpoint.save_parse`` or ``save_parse_in_background`` (a mount once it is mounted, ``ckptfs ls`` once it has
+    listed)."""
     if mode not in ("r", "r+"):
         raise UnsupportedError(f"mode {mode!r}: expected 'r' or 'r+'", str(path))
     if hasattr(path, "read") and hasattr(path, "size"):

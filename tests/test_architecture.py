@@ -11,7 +11,7 @@ PACKAGE = Path(ckptfs.__file__).parent
 
 LAYERS = [
     ["ckptfs.errors", "ckptfs.compiled", "ckptfs.limits", "ckptfs.gc_pause", "ckptfs.cache_dir", "ckptfs.counts",
-     "ckptfs.output_files", "ckptfs.write_back"],
+     "ckptfs.output_files", "ckptfs.write_back", "ckptfs.background"],
     ["ckptfs.sources"],
     ["ckptfs.pickle"],
     ["ckptfs.model"],

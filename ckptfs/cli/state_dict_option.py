@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from typing import Iterator
 
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
@@ -25,6 +26,12 @@ def viewed(ck: Checkpoint, args: argparse.Namespace) -> Checkpoint:
 
 @contextlib.contextmanager
 def opened(args: argparse.Namespace, path: str) -> Iterator[Checkpoint]:
-    """The checkpoint a command names, with the command's limits, remote and cache options, and ``--state-dict``."""
-    with open_checkpoint(path, args.limits, remote_options(args), cache_dir(args)) as ck:
-        yield viewed(ck, args)
+    """The checkpoint a command names, with the command's limits, remote and cache options, and ``--state-dict``.
+    A parse the cache keeps is written to it once the command is done, from a process the command does not wait
+    for; not after Ctrl-C."""
+    with open_checkpoint(path, args.limits, remote_options(args), cache_dir(args), save_later=True) as ck:
+        try:
+            yield viewed(ck, args)
+        finally:
+            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                ck.save_parse_in_background()

@@ -24,10 +24,10 @@ import sys
 import threading
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Callable, NoReturn
 
+from ckptfs.background import detach, fork
 from ckptfs.checkpoint import Checkpoint, open_checkpoint
 from ckptfs.errors import CkptfsError, MountError
 from ckptfs.fs.layout import Layout
@@ -86,11 +86,11 @@ def mount(source: str, mountpoint: str, options: MountOptions = MountOptions(), 
         serve(notify)
 
     if options.foreground:
-        _save_detached(checkpoint)
+        checkpoint.save_parse_in_background()
         _serve_in_foreground(serve, log_fd, options.debug)
     else:
         _run_detached(serve_forked, target, log_fd, options.debug)
-        _save_detached(checkpoint)
+        checkpoint.save_parse_in_background()
         checkpoint.close()
         if log_fd is not None:
             os.close(log_fd)
@@ -197,32 +197,10 @@ def raise_read_ahead(device: int) -> None:
 # -- the detached daemon ------------------------------------------------------------
 
 
-def _save_detached(checkpoint: Checkpoint) -> None:
-    """Writes a parse the metadata cache does not hold yet from a process of its own, detached and niced: the mount
-    does not wait for it (writing costs about as much as the parse) and its daemon holds none of it. The kernel and
-    the daemon take turns during the first listing, which leaves the writer a core."""
-    if not checkpoint.parse_unsaved:
-        return
-    pid = _fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            if _fork() == 0:
-                null = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)
-                os.nice(19)
-                checkpoint.source.reopen()
-                checkpoint.save_parse()
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-
-
 def _run_detached(serve: Callable[[Notify], None], target: str, log_fd: int | None, debug: bool) -> None:
     """Forks the daemon and returns once it serves; else raises MountError."""
     read_end, write_end = os.pipe()
-    pid = _fork()
+    pid = fork()
     if pid == 0:
         os.close(read_end)
         _daemon(serve, write_end, log_fd, debug)
@@ -246,9 +224,7 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debu
     """The forked child: detaches (second fork), then serves with stderr on the pipe until ready."""
     code = 1
     try:
-        os.setsid()
-        if _fork() != 0:
-            os._exit(0)
+        detach()
         os.chdir("/")
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
@@ -277,13 +253,6 @@ def _daemon(serve: Callable[[Notify], None], pipe: int, log_fd: int | None, debu
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         os._exit(code)
-
-
-def _fork() -> int:
-    with warnings.catch_warnings():
-        # numpy's BLAS keeps idle threads the child never uses; Python 3.12+ warns about forking beside them.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return os.fork()
 
 
 def _wait_ready(pipe: int) -> tuple[bytes, bool]:

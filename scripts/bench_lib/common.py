@@ -209,6 +209,25 @@ def fuse_daemon_pids(mnt: str) -> list[int]:
 
 
 
+def wait_for_cache_writers(cache_dir: Path, timeout: float = 60.0) -> None:
+    """Waits until no process names ``cache_dir`` on its command line: a ckptfs ``mount`` or ``ls`` writes its metadata
+    cache entry from a fork of itself that it does not wait for, and what is measured next runs alone."""
+    named = os.fsencode(str(cache_dir))
+    deadline = time.monotonic() + timeout
+    while True:
+        running = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                with contextlib.suppress(OSError):
+                    if named in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
+                        running.append(entry)
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"processes {', '.join(running)} still write to {cache_dir} after {timeout:.0f} s")
+        time.sleep(0.02)
+
+
 def zip_record_span(path: str, suffix: str) -> tuple[int, int]:
     """(offset, size) of a stored zip record's data, found with the stdlib (independent of ckptfs)."""
     with zipfile.ZipFile(path) as zf:

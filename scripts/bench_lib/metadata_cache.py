@@ -12,6 +12,8 @@ import subprocess
 import time
 from typing import Any
 
+from common import wait_for_cache_writers
+
 NO_CACHE_HOME = "/dev/null"
 """``XDG_CACHE_HOME`` of the bench's other ckptfs commands: no cache folder can be made below it, so every
 open parses (as ``--no-cache`` does, in versions that do not know the option too)."""
@@ -29,6 +31,7 @@ def run_cached(bench: Any, log: Any) -> None:
     first = bench.mounts.start("ckptfs-cache-write", [*argv, "--cache-dir", str(cache)], argv[argv.index(src) + 1],
                                env=env, daemon=bench.args.mount_mode == "daemon")
     bench.mounts.stop(first)
+    wait_for_cache_writers(cache)  # the entry is written by a process of its own once mounted
     entry_bytes = sum(p.stat().st_size for p in (cache / "metadata").glob("*.ckm"))
     bench.res.meta["metadata_cache_entry_bytes"] = entry_bytes
     log(f"metadata cache entry: {entry_bytes} bytes ({entry_bytes / max(bench.n_many, 1):.0f} per tensor)"

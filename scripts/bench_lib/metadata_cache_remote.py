@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import wait_for_cache_writers
 from remote import BUCKET, NginxS3
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
@@ -59,6 +60,7 @@ def measure(server: NginxS3, argv: list[str]) -> tuple[float, int, int, str]:
 def compare(server: NginxS3, name: str, target: list[str], cache: Path, runs: int) -> list[str]:
     parse = [measure(server, [*target, "--no-cache"]) for _ in range(runs)]
     first = measure(server, [*target, "--cache-dir", str(cache)])
+    wait_for_cache_writers(cache)  # ls writes the entry from a process of its own once done
     cached = [measure(server, [*target, "--cache-dir", str(cache)]) for _ in range(runs)]
     assert all(run[3] == parse[0][3] for run in [*parse, first, *cached]), f"{name}: listings differ"
     rows = []

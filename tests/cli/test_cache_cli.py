@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cache.helpers import written_entries
 from many_tensors import save_many, small_zips_cached  # noqa: F401  (fixture)
 
 import ckptfs.cache
@@ -29,17 +30,13 @@ def run(*args: str | Path, cache_home: Path) -> str:
     return result.stdout
 
 
-def entries(folder: Path) -> list[Path]:
-    return sorted((folder / "metadata").glob("*.ckm"))
-
-
 @pytest.mark.parametrize("command", [["ls", "--json"], ["info", "--json"], ["info"]])
 def test_output_is_the_same_from_the_cache(many: Path, tmp_path: Path, command: list[str]) -> None:
     home = tmp_path / "xdg"
     uncached = run(*command, "--no-cache", many, cache_home=home)
     assert not home.exists()
     first = run(*command, many, cache_home=home)
-    assert len(entries(home / "ckptfs")) == 1
+    assert len(written_entries(home / "ckptfs")) == 1
     again = run(*command, many, cache_home=home)
     assert uncached == first == again
 
@@ -47,7 +44,7 @@ def test_output_is_the_same_from_the_cache(many: Path, tmp_path: Path, command: 
 def test_cache_dir_option(many: Path, tmp_path: Path) -> None:
     home, chosen = tmp_path / "xdg", tmp_path / "chosen"
     run("ls", "--cache-dir", chosen, many, cache_home=home)
-    assert len(entries(chosen)) == 1 and not home.exists()  # its last level made: its parent exists
+    assert len(written_entries(chosen)) == 1 and not home.exists()  # its last level made: its parent exists
 
 
 def unusable_folder(tmp_path: Path, how: str) -> Path:
@@ -90,3 +87,16 @@ def test_an_unusable_cache_dir_is_one_warning_and_no_cache(many: Path, tmp_path:
                                           "the cache"]
     assert not home.exists() and not (tmp_path / "no").exists()
     assert how in ("a file", "under missing folders") or not any((folder / "metadata").iterdir())
+
+
+def test_a_listing_its_reader_stopped_reading_still_writes_the_entry(many: Path, tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # ls writes to a pipe nobody reads: BrokenPipeError at its first line
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    try:
+        result = subprocess.run([*CLI, "ls", str(many)], stdout=write_end, stderr=subprocess.PIPE, timeout=120,
+                                env=env, check=False)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (0, b"")
+    assert len(written_entries(tmp_path / "xdg" / "ckptfs")) == 1

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from cache.helpers import written_entries
 
 CLI = [sys.executable, "-m", "ckptfs.cli"]
 
@@ -129,7 +130,7 @@ def test_diff_uses_the_metadata_cache(tmp_path: Path, monkeypatch: pytest.Monkey
                                 capture_output=True, text=True, timeout=120)
         assert (result.returncode, result.stderr) == (0, "")
         outputs.append(result.stdout.splitlines()[:-1])
-        assert len(list((cache / "metadata").glob("*.ckm"))) == 1
+        assert len(written_entries(cache)) == 1
     assert outputs[0] == outputs[1] and len(outputs[0]) == 300
     assert collections.Counter(json.loads(line)["status"] for line in outputs[0]) == {"equal": 300}
 
