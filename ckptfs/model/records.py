@@ -189,10 +189,11 @@ class Tensor(_Record):
                  type_name: str | None = None, trail: Trail = None, chunks: list[Chunk] | None = None) -> None:
         self.dtype, self.shape, self.stride, self.storage_offset = dtype, shape, stride, storage_offset
         self.storage, self.kind, self.trail = storage, kind, trail
-        if (requires_grad or is_parameter or conj or neg or quantization is not None or type_name is not None
-                or chunks is not None):
+        if requires_grad or is_parameter or conj or neg or quantization is not None or type_name is not None:
             self._keep((("requires_grad", requires_grad), ("is_parameter", is_parameter), ("conj", conj), ("neg", neg),
-                        ("quantization", quantization), ("type_name", type_name), ("chunks", chunks)))
+                        ("quantization", quantization), ("type_name", type_name)))
+        if chunks is not None:  # every tensor of a DCP checkpoint: set without _keep's comparisons
+            self.chunks = chunks
 
     @property
     def path(self) -> tuple[Key, ...]:

@@ -176,6 +176,8 @@ def open_once(side: str, path: str) -> float:
         count = len(FileSystemReader(path).read_metadata().state_dict_metadata)
     else:
         import ckptfs
+        import ckptfs.checkpoint  # noqa: F401  (the modules an open of a DCP directory uses, as torch's are above)
+        import ckptfs.formats.dcp_directory  # noqa: F401
         from ckptfs.gc_pause import gc_paused
 
         start = time.process_time()
