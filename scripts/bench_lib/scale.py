@@ -26,7 +26,7 @@ Figures, per run, ckptfs beside torch and the floors:
                     the C floor showing the same tree (every entry ckptfs showed: ~69,000 directories at 200,000)
 * ``scale_small_*``, ``scale_million_*``  the 20,000- and 1,000,000-tensor cases (``scale_cases.py``)
 
-Targets: issue 24's, for 200,000 tensors (``TARGETS``, ``OVER_CLIST``, ``FIND_OVER_CLIST``).
+Targets: issue 24's, for 200,000 tensors (``TARGETS``, ``OVER_CLIST``, ``FIND_OVER_CLIST``, ``NEST_FIND_OVER_CLIST``).
 
 Bench calls ``run(bench)`` with itself.
 """
@@ -68,6 +68,9 @@ ENTRY_WAIT = 60.0
 listed)."""
 FIND_OVER_CLIST = 1.3
 """Issue 24: ``find -ls`` over the C floor's ``find -ls``."""
+NEST_FIND_OVER_CLIST = 1.2
+"""Issue 24's rule for a target below the C floor: ``--nest``'s ``find -ls`` was set beside the flat one (5.2 s), which
+the C floor showing the nested tree takes ~3.5x longer, so it may take 1.2x the floor's."""
 
 
 def tensors(args: Any) -> int:
@@ -112,7 +115,7 @@ def define_checks(bench: Any) -> None:
                        ("scale_nest_rss", "daemon peak RSS --nest, MiB")):
         checks.append(Check(key, "ckptfs", None, "<=", None, f"{label} ({n} tensors)"))
         checks.append(Check(key, "clist", None, "<=", None, f"{label} ({n} tensors), the C floor on the same tree"))
-    checks.append(Check("scale_nest_find", "ckptfs", "clist", "<=", FIND_OVER_CLIST if full else None,
+    checks.append(Check("scale_nest_find", "ckptfs", "clist", "<=", NEST_FIND_OVER_CLIST if full else None,
                         f"find -ls --nest ({n}) / C listing's of the same tree"))
     checks.append(Check("scale_nest_mount_over_clist", "ckptfs", None, "<=", None,
                         f"mount ready --nest ({n} tensors): seconds beyond the C floor's"))
