@@ -3,6 +3,7 @@ entry that neither a mount nor a listing waits for."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import Callable
@@ -27,8 +28,12 @@ def detach() -> None:
 def run_in_background(task: Callable[[], None]) -> None:
     """Runs ``task`` in a detached, niced process with its standard streams on /dev/null (a pipe the caller writes
     to closes when the caller exits, not when ``task`` ends) and returns at once. ``task``'s errors are its own:
-    the caller learns nothing of them."""
-    pid = fork()
+    the caller learns nothing of them; where the system makes no new process (EAGAIN, ENOMEM), ``task`` is not run.
+    """
+    try:
+        pid = fork()
+    except OSError:
+        return
     if pid == 0:
         try:
             detach()
@@ -39,4 +44,5 @@ def run_in_background(task: Callable[[], None]) -> None:
             task()
         finally:
             os._exit(0)
-    os.waitpid(pid, 0)
+    with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored: the child was reaped already
+        os.waitpid(pid, 0)

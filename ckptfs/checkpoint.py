@@ -214,11 +214,6 @@ class Checkpoint:
             self._encoded = encode_parse(self.source, self.limits, self._reader.parsed)
         return self._encoded  # type: ignore[return-value]
 
-    @property
-    def parse_unsaved(self) -> bool:
-        """Whether ``save_parse`` has a parse to write (one the cache keeps: not a small one)."""
-        return self._unsaved is not None
-
     def save_parse(self) -> None:
         """Writes the parse to the metadata cache, if it was opened with ``save_later`` and parsed (not read from the
         cache); once."""
@@ -228,7 +223,8 @@ class Checkpoint:
 
     def save_parse_in_background(self) -> None:
         """``save_parse`` from a process of its own, detached and niced, that the caller does not wait for: writing
-        an entry costs about as much as the parse, and a mount or a listing is done without it."""
+        an entry costs about as much as the parse, and a mount or a listing is done without it. Not at all where no
+        process can be made: the next open parses and writes it."""
         if self._unsaved is None:
             return
 
