@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -203,6 +204,9 @@ class Bench:
         m["quick"] = self.args.quick
         m["time"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         m["kernel"] = platform.release()
+        # Python-bound rows move ~15% with the interpreter's build (PGO/LTO or not): which one made the venv.
+        m["python"] = {"executable": sys.executable, "version": platform.python_version(),
+                       "config_args": sysconfig.get_config_var("CONFIG_ARGS") or ""}
         m["cpus"] = os.cpu_count()
         with contextlib.suppress(OSError, StopIteration):
             m["cpu_model"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
