@@ -8,16 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from mount.helpers import wait_until
 
 from ckptfs import background
-
-
-def wait_for(path: Path, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
-        time.sleep(0.01)
-    return path.read_text()
 
 
 def test_the_task_runs_in_a_niced_process_of_its_own_that_the_caller_does_not_wait_for(tmp_path: Path) -> None:
@@ -36,7 +29,8 @@ def test_the_task_runs_in_a_niced_process_of_its_own_that_the_caller_does_not_wa
     background.run_in_background(task)  # returns while the task still waits for "go"
     assert not done.exists()
     go.touch()
-    pid, session, niceness, *streams, went = wait_for(done).split()
+    wait_until(done.exists, timeout=60)
+    pid, session, niceness, *streams, went = done.read_text().split()
     assert int(pid) != os.getpid() and int(session) != os.getsid(0) and int(niceness) == min(19, os.nice(0) + 19)
     assert streams == ["/dev/null"] * 3 and went == "True"
 

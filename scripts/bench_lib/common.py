@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 LIB = Path(__file__).resolve().parent
 REPO = LIB.parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -191,21 +190,26 @@ def read_ahead_kb(mnt: str) -> int | None:
         return None
 
 
+def _command_lines() -> list[tuple[int, list[bytes]]]:
+    """Every other process's pid and command line (those gone meanwhile left out)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                found.append((int(entry), Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")))
+    return found
+
+
 def fuse_daemon_pids(mnt: str) -> list[int]:
     """Processes holding /dev/fuse open whose command line names the mount point."""
     pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid, cmdline in _command_lines():
+        if not any(os.fsencode(mnt) == arg.rstrip(b"/") for arg in cmdline):
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if not any(os.fsencode(mnt) == arg.rstrip(b"/") for arg in cmdline):
-                continue
-            fds = os.listdir(f"/proc/{entry}/fd")
-            if any(os.readlink(f"/proc/{entry}/fd/{fd}") == "/dev/fuse" for fd in fds):
-                pids.append(int(entry))
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/fuse" for fd in fds):
+                pids.append(pid)
     return pids
 
 
@@ -217,12 +221,7 @@ def wait_for_cache_writers(cache_dir: Path, timeout: float = 60.0) -> None:
     named = os.fsencode(str(cache_dir))
     deadline = time.monotonic() + timeout
     while True:
-        running = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                with contextlib.suppress(OSError):
-                    if named in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0"):
-                        running.append(entry)
+        running = [str(pid) for pid, cmdline in _command_lines() if named in cmdline]
         if not running:
             return
         if time.monotonic() > deadline:

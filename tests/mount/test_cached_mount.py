@@ -30,8 +30,7 @@ def test_a_mount_from_the_cache_serves_the_same_files(mounter: Mounter, tmp_path
     parsed = files(mounter(source, "--no-cache"))
     assert not cache.exists()
     first = mounter(source, "--cache-dir", str(cache))
-    wait_until(lambda: len(entries(cache)) == 1)  # written by a process of its own once mounted
-    (entry,) = entries(cache)
+    (entry,) = written_entries(cache)  # written by a process of its own once mounted
     os.utime(entry, ns=(0, 0))
     again = mounter(source, "--cache-dir", str(cache))
     assert entry.stat().st_mtime_ns > 0  # read: a hit marks the entry used
@@ -61,7 +60,7 @@ def test_a_repeat_mount_of_a_url_is_one_get_and_serves_the_same_files(nginx: Ngi
     cache = tmp_path / "cache"
     parsed = files(mounter(url, "--no-cache"))
     mounter(url, "--cache-dir", str(cache))
-    wait_until(lambda: len(entries(cache)) == 1)
+    written_entries(cache)
     mark = nginx.mark()
     again = mounter(url, "--cache-dir", str(cache))
     ready = nginx.since(mark, at_least=1)
